@@ -1,0 +1,294 @@
+"""Frozen, typed configs: one per concern, validated at construction.
+
+Field names follow the paper (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls). Every default is the
+paper's base model and recipe; anything that deviates from the paper is a named value, off by default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Optional
+
+POSITIONAL = ("sinusoidal", "learned", "rope", "none")
+NORM_PLACEMENT = ("post", "pre")
+NORM = ("layernorm", "rmsnorm")
+FFN = ("relu", "gelu", "swiglu")
+PRECISION = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
+
+
+def _fail(owner: str, name: str, value: Any, expected: str) -> None:
+    raise ValueError(f"{owner}.{name} = {value!r}: expected {expected}")
+
+
+def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        _fail(owner, name, value, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def _check_positive(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        _fail(owner, name, value, "a positive integer")
+
+
+def _check_non_negative(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _fail(owner, name, value, "a non-negative integer")
+
+
+def _check_probability(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        _fail(owner, name, value, "a number in [0, 1)")
+
+
+def _check_positive_number(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        _fail(owner, name, value, "a positive finite number")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The Transformer of section 3. Defaults are the paper's base model."""
+
+    vocab_size: int = 37000
+    N: int = 6  # layers in the encoder and in the decoder
+    d_model: int = 512
+    d_ff: int = 2048
+    h: int = 8
+    d_k: Optional[int] = None  # default d_model // h; independent of d_model / h (Table 3 row B)
+    d_v: Optional[int] = None  # default d_model // h
+    P_drop: float = 0.1  # residual dropout, also on embedding + position sums
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    positional: Literal["sinusoidal", "learned", "rope", "none"] = "sinusoidal"
+    norm_placement: Literal["post", "pre"] = "post"
+    max_positions: int = 1024
+    tie_embeddings: bool = True  # source embedding = target embedding = pre-softmax projection
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
+    pad_id: int = 0
+    # Beyond the paper, off by default.
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    ffn: Literal["relu", "gelu", "swiglu"] = "relu"
+    kv_heads: Optional[int] = None  # grouped-query attention; default h (plain multi-head)
+
+    def __post_init__(self) -> None:
+        own = "model"
+        for name in ("vocab_size", "N", "d_model", "d_ff", "h", "max_positions"):
+            _check_positive(own, name, getattr(self, name))
+        for name in ("d_k", "d_v", "kv_heads"):
+            if getattr(self, name) is not None:
+                _check_positive(own, name, getattr(self, name))
+        for name in ("P_drop", "attention_dropout", "activation_dropout"):
+            _check_probability(own, name, getattr(self, name))
+        _check_choice(own, "positional", self.positional, POSITIONAL)
+        _check_choice(own, "norm_placement", self.norm_placement, NORM_PLACEMENT)
+        _check_choice(own, "norm", self.norm, NORM)
+        _check_choice(own, "ffn", self.ffn, FFN)
+        for name in ("tie_embeddings", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(own, name, getattr(self, name), "true or false")
+        _check_non_negative(own, "pad_id", self.pad_id)
+        if self.pad_id >= self.vocab_size:
+            _fail(own, "pad_id", self.pad_id, f"an id below vocab_size ({self.vocab_size})")
+        if self.d_k is None and self.d_model % self.h:
+            _fail(own, "d_k", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})")
+        if self.d_v is None and self.d_model % self.h:
+            _fail(own, "d_v", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})")
+        if self.positional == "rope" and self.head_dim_k % 2:
+            _fail(own, "d_k", self.head_dim_k, "an even number with positional='rope' (RoPE rotates pairs)")
+        if self.kv_heads is not None and self.h % self.kv_heads:
+            _fail(own, "kv_heads", self.kv_heads, f"a divisor of h ({self.h})")
+
+    @property
+    def head_dim_k(self) -> int:
+        return self.d_k if self.d_k is not None else self.d_model // self.h
+
+    @property
+    def head_dim_v(self) -> int:
+        return self.d_v if self.d_v is not None else self.d_model // self.h
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.h
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which corpus, which splits, and how it is cut into word pieces and batches."""
+
+    dataset: Literal["generated", "multi30k", "wmt14-en-de", "dir"] = "generated"
+    path: Optional[str] = None  # corpus directory; for `generated`, where the corpus is written
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    train_split: str = "train"
+    dev_split: Optional[str] = None  # None: the first of valid, val, dev that exists
+    test_split: Optional[str] = None  # None: test, or the dataset's named test set
+    vocab_size: int = 37000  # joint BPE vocabulary
+    max_tokens: int = 256  # longer training pairs (in word pieces) are skipped and counted
+    batch_tokens: int = 25000  # per side, per device, per step (the paper: ~25k source + 25k target)
+    generated_pairs: int = 50000  # size of the built-in corpus' training split
+    generated_seed: int = 1234
+    num_workers: int = 0
+    cache_dir: Optional[str] = None  # where tokenizers and encoded corpora are cached
+
+    def __post_init__(self) -> None:
+        own = "data"
+        _check_choice(own, "dataset", self.dataset, ("generated", "multi30k", "wmt14-en-de", "dir"))
+        if self.dataset in ("multi30k", "dir") and not self.path:
+            _fail(own, "path", self.path, f"a corpus directory for dataset={self.dataset!r}")
+        for name in ("vocab_size", "max_tokens", "batch_tokens", "generated_pairs"):
+            _check_positive(own, name, getattr(self, name))
+        _check_non_negative(own, "num_workers", self.num_workers)
+        if self.vocab_size < 16:
+            _fail(own, "vocab_size", self.vocab_size, "at least 16 (4 special ids plus word pieces)")
+        if self.batch_tokens < self.max_tokens:
+            _fail(own, "batch_tokens", self.batch_tokens, f"at least max_tokens ({self.max_tokens}) so every pair fits a batch")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The paper's recipe: Adam(0.9, 0.98, 1e-9), inverse-square-root warm-up, label smoothing."""
+
+    max_steps: int = 100_000
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    eps_ls: float = 0.1  # label smoothing
+    accumulate_grad_batches: int = 1
+    gradient_clip: float = 0.0  # 0: off, as in the paper
+    precision: str = "32-true"
+    val_every_steps: int = 1000
+    checkpoint_every_steps: int = 1000
+    keep_checkpoints: int = 5
+    max_minutes: Optional[float] = None  # stop training after this wall time, then evaluate
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        own = "train"
+        for name in ("max_steps", "accumulate_grad_batches", "val_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
+            _check_positive(own, name, getattr(self, name))
+        _check_non_negative(own, "warmup_steps", self.warmup_steps)
+        _check_positive_number(own, "lr_scale", self.lr_scale)
+        _check_probability(own, "adam_beta1", self.adam_beta1)
+        _check_probability(own, "adam_beta2", self.adam_beta2)
+        _check_positive_number(own, "adam_eps", self.adam_eps)
+        _check_probability(own, "eps_ls", self.eps_ls)
+        if self.weight_decay < 0:
+            _fail(own, "weight_decay", self.weight_decay, "a non-negative number")
+        if self.gradient_clip < 0:
+            _fail(own, "gradient_clip", self.gradient_clip, "a non-negative number (0 disables clipping)")
+        _check_choice(own, "precision", self.precision, PRECISION)
+        if self.max_minutes is not None:
+            _check_positive_number(own, "max_minutes", self.max_minutes)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Decoding and scoring as in section 6: beam 4, GNMT length penalty 0.6, max length = source + 50."""
+
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_len_offset: int = 50
+    average_last: int = 0  # average the last k checkpoints before the final evaluation (paper: 5 base, 20 big)
+    dev_bleu_sentences: Optional[int] = None  # decode only the first n dev sentences during training
+    batch_sentences: int = 128
+
+    def __post_init__(self) -> None:
+        own = "eval"
+        _check_positive(own, "beam_size", self.beam_size)
+        _check_non_negative(own, "max_len_offset", self.max_len_offset)
+        _check_non_negative(own, "average_last", self.average_last)
+        _check_positive(own, "batch_sentences", self.batch_sentences)
+        if self.dev_bleu_sentences is not None:
+            _check_positive(own, "dev_bleu_sentences", self.dev_bleu_sentences)
+        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) or self.length_penalty < 0:
+            _fail(own, "length_penalty", self.length_penalty, "a non-negative number")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines one run. Its hash is the run's identity."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_non_negative("run", "seed", self.seed)
+        if self.model.vocab_size != self.data.vocab_size:
+            _fail("model", "vocab_size", self.model.vocab_size, f"equal to data.vocab_size ({self.data.vocab_size})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "RunConfig":
+        return from_dict(cls, values, "run")
+
+    def run_id(self) -> str:
+        """A short, stable hash of the resolved config: the same run gets the same id everywhere."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+
+
+def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
+    """Check a plain (YAML/JSON) value against a field's type hint; ints are accepted for floats."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(owner, name, inner, value)
+    if origin is Literal:
+        return value  # the dataclass names the valid choices itself
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(owner, name, value, "a number")
+        return float(value)
+    if hint is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(owner, name, value, "an integer")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            _fail(owner, name, value, "true or false")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            _fail(owner, name, value, "a string")
+        return value
+    return value
+
+
+def from_dict(cls: type, values: Mapping[str, Any], owner: str) -> Any:
+    """Build a config dataclass from plain data, naming the unknown or ill-typed field."""
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{owner}: expected a mapping of fields, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"{owner}.{unknown[0]}: unknown field; valid fields: {', '.join(names)}")
+    kwargs = {}
+    for name, value in values.items():
+        if name in SECTIONS and cls is RunConfig:
+            kwargs[name] = from_dict(SECTIONS[name], value, name)
+        else:
+            kwargs[name] = _coerce(owner, name, hints[name], value)
+    return cls(**kwargs)

@@ -1,0 +1,270 @@
+"""The Transformer of "Attention Is All You Need", section 3, as a plain nn.Module.
+
+Defaults are the paper's: post-norm, interleaved sinusoids, ReLU feed-forward, one embedding matrix shared by
+source, target and pre-softmax projection, scaled by sqrt(d_model). Every Table 3 knob and the common modern
+variants (pre-norm, RoPE, learned positions, RMSNorm, GELU/SwiGLU, grouped-query attention) are config values.
+
+Shapes: B batch, S source length, T target length, D d_model, H heads, G key/value heads, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .positional import apply_rope, rope_tables, sinusoids
+
+
+@dataclass
+class LayerCache:
+    self_k: Optional[Tensor] = None  # [B, G, t, d_k], grows by one position per step
+    self_v: Optional[Tensor] = None  # [B, G, t, d_v]
+    cross_k: Optional[Tensor] = None  # [B, G, S, d_k], computed once per source
+    cross_v: Optional[Tensor] = None  # [B, G, S, d_v]
+
+
+@dataclass
+class DecoderCache:
+    """Keys and values of the decoder, so that each decoding step costs one new position."""
+
+    layers: list[LayerCache]
+    length: int = 0  # target positions already decoded
+
+    @classmethod
+    def empty(cls, n_layers: int) -> "DecoderCache":
+        return cls([LayerCache() for _ in range(n_layers)])
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch entries `index` (beam search: the surviving hypotheses' parents)."""
+        for layer in self.layers:
+            for name in ("self_k", "self_v", "cross_k", "cross_v"):
+                value = getattr(layer, name)
+                if value is not None:
+                    setattr(layer, name, value.index_select(0, index))
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    return nn.RMSNorm(cfg.d_model) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O with W_Q, W_K: D -> h*d_k and W_V: D -> h*d_v."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.h, self.g, self.d_k, self.d_v = cfg.h, cfg.n_kv_heads, cfg.head_dim_k, cfg.head_dim_v
+        self.q_proj = nn.Linear(cfg.d_model, self.h * self.d_k)
+        self.k_proj = nn.Linear(cfg.d_model, self.g * self.d_k)
+        self.v_proj = nn.Linear(cfg.d_model, self.g * self.d_v)
+        self.out_proj = nn.Linear(self.h * self.d_v, cfg.d_model)
+        self.dropout = cfg.attention_dropout
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        B, L, _ = x.shape
+        k = self.k_proj(x).view(B, L, self.g, self.d_k).transpose(1, 2)  # [B, G, L, d_k]
+        v = self.v_proj(x).view(B, L, self.g, self.d_v).transpose(1, 2)  # [B, G, L, d_v]
+        return k, v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
+        # q [B, H, T, d_k], k [B, G, L, d_k], v [B, G, L, d_v]; mask broadcasts to [B, H, T, L], True = attend
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # [B, H, T, d_v]
+        B, _, T, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))  # [B, T, D]
+
+    def queries(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return self.q_proj(x).view(B, T, self.h, self.d_k).transpose(1, 2)  # [B, H, T, d_k]
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2; GELU and SwiGLU are named variants."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.kind = cfg.ffn
+        self.w1 = nn.Linear(cfg.d_model, cfg.d_ff * (2 if cfg.ffn == "swiglu" else 1))
+        self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = self.w1(x)
+        if self.kind == "swiglu":
+            gate, value = hidden.chunk(2, dim=-1)
+            hidden = F.silu(gate) * value
+        else:
+            hidden = F.relu(hidden) if self.kind == "relu" else F.gelu(hidden)
+        return self.w2(self.dropout(hidden))
+
+
+class Residual(nn.Module):
+    """post: LayerNorm(x + Dropout(f(x))), the paper's; pre: x + Dropout(f(LayerNorm(x)))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre = cfg.norm_placement == "pre"
+        self.norm = make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.P_drop)
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn, self.ffn = MultiHeadAttention(cfg), FeedForward(cfg)
+        self.attn_res, self.ffn_res = Residual(cfg), Residual(cfg)
+
+    def forward(self, x: Tensor, pad_mask: Tensor, rope: Optional[tuple[Tensor, Tensor]]) -> Tensor:
+        def self_attention(y: Tensor) -> Tensor:
+            q, (k, v) = self.self_attn.queries(y), self.self_attn.project_kv(y)
+            if rope is not None:
+                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            return self.self_attn.attend(q, k, v, pad_mask, causal=False)
+
+        x = self.attn_res(x, self_attention)
+        return self.ffn_res(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn, self.cross_attn, self.ffn = MultiHeadAttention(cfg), MultiHeadAttention(cfg), FeedForward(cfg)
+        self.self_res, self.cross_res, self.ffn_res = Residual(cfg), Residual(cfg), Residual(cfg)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor, self_mask: Optional[Tensor],
+        rope: Optional[tuple[Tensor, Tensor]], cache: Optional[LayerCache],
+    ) -> Tensor:
+        def self_attention(y: Tensor) -> Tensor:
+            q, (k, v) = self.self_attn.queries(y), self.self_attn.project_kv(y)
+            if rope is not None:
+                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            if cache is not None:
+                if cache.self_k is not None:
+                    k, v = torch.cat([cache.self_k, k], dim=2), torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
+            # Without a cache, or when the cache is empty, plain causal masking; else self_mask (or none for 1 step).
+            causal = self_mask is None and (cache is None or k.shape[2] == q.shape[2])
+            return self.self_attn.attend(q, k, v, self_mask, causal=causal)
+
+        def cross_attention(y: Tensor) -> Tensor:
+            if cache is None:
+                k, v = self.cross_attn.project_kv(memory)
+            else:
+                if cache.cross_k is None:
+                    cache.cross_k, cache.cross_v = self.cross_attn.project_kv(memory)
+                k, v = cache.cross_k, cache.cross_v
+            return self.cross_attn.attend(self.cross_attn.queries(y), k, v, src_mask, causal=False)
+
+        x = self.self_res(x, self_attention)
+        x = self.cross_res(x, cross_attention)
+        return self.ffn_res(x, self.ffn)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.src_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.tgt_embed = self.src_embed if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.out_proj.weight = self.src_embed.weight
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        if cfg.positional == "sinusoidal":
+            self.register_buffer("sinusoids", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+        elif cfg.positional == "learned":
+            self.src_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+            self.tgt_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+        elif cfg.positional == "rope":
+            cos, sin = rope_tables(cfg.max_positions, cfg.head_dim_k)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.embed_dropout = nn.Dropout(cfg.P_drop)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.N))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.N))
+        # Pre-norm leaves the residual stream un-normalised: each stack ends with a norm.
+        pre = cfg.norm_placement == "pre"
+        self.encoder_norm = make_norm(cfg) if pre else nn.Identity()
+        self.decoder_norm = make_norm(cfg) if pre else nn.Identity()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module is not self.out_proj:
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+        # Unit-variance inputs after the sqrt(d_model) scale, as in fairseq and tensor2tensor.
+        for embedding in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(embedding.weight, std=self.cfg.d_model**-0.5)
+            nn.init.zeros_(embedding.weight[self.cfg.pad_id])
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.out_proj.weight, std=self.cfg.d_model**-0.5)
+
+    def _check_length(self, length: int) -> None:
+        if length > self.cfg.max_positions and self.cfg.positional != "none":
+            raise ValueError(f"sequence of {length} positions exceeds model.max_positions = {self.cfg.max_positions}")
+
+    def _embed(self, tokens: Tensor, table: nn.Embedding, positions: Optional[nn.Embedding], offset: int) -> Tensor:
+        T = tokens.shape[1]
+        self._check_length(offset + T)
+        x = table(tokens) * self.embed_scale  # [B, T, D]
+        if self.cfg.positional == "sinusoidal":
+            x = x + self.sinusoids[offset : offset + T].to(x.dtype)
+        elif self.cfg.positional == "learned":
+            x = x + positions(torch.arange(offset, offset + T, device=tokens.device))
+        return self.embed_dropout(x)
+
+    def _rope(self, offset: int, length: int) -> Optional[tuple[Tensor, Tensor]]:
+        if self.cfg.positional != "rope":
+            return None
+        return self.rope_cos[offset : offset + length], self.rope_sin[offset : offset + length]
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src [B, S] -> memory [B, S, D] and the key mask [B, 1, 1, S] (True = a real token)."""
+        src_mask = (src != self.cfg.pad_id)[:, None, None, :]
+        x = self._embed(src, self.src_embed, getattr(self, "src_positions", None), 0)
+        rope = self._rope(0, src.shape[1])
+        for layer in self.encoder:
+            x = layer(x, src_mask, rope)
+        return self.encoder_norm(x), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: Optional[DecoderCache] = None) -> Tensor:
+        """tgt [B, T] (the new positions when a cache is given) -> logits [B, T, V]."""
+        offset = cache.length if cache is not None else 0
+        T = tgt.shape[1]
+        x = self._embed(tgt, self.tgt_embed, getattr(self, "tgt_positions", None), offset)
+        self_mask = None
+        if cache is not None and offset > 0 and T > 1:  # several new positions after a cached prefix
+            self_mask = torch.ones(T, offset + T, dtype=torch.bool, device=tgt.device).tril(diagonal=offset)
+        rope = self._rope(offset, T)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, src_mask, self_mask, rope, cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += T
+        return self.out_proj(self.decoder_norm(x))
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache.empty(self.cfg.N)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: src [B, S], tgt_in [B, T] (BOS-prefixed targets) -> logits [B, T, V]."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct parameters (a tied matrix counts once), as the paper counts them."""
+    return sum(p.numel() for p in model.parameters())
