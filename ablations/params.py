@@ -1,0 +1,47 @@
+"""Parameter counts of a sweep's rows, built on the meta device (no memory, no initialisation cost)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import torch
+
+from lightning_modules.config import ModelConfig
+from lightning_modules.transformer import Transformer, count_parameters
+
+from .sweep import load_sweep, paper_units, resolve, scales_for
+
+
+def model_parameters(cfg: ModelConfig) -> int:
+    with torch.device("meta"):
+        return count_parameters(Transformer(cfg))
+
+
+def within_tolerance(params: int, paper_params_m: float) -> bool:
+    """The paper's counts are rounded and approximate: within 3M or 4%, whichever is larger."""
+    paper = paper_params_m * 1e6
+    return abs(params - paper) <= max(3e6, 0.04 * paper)
+
+
+def parameter_table(sweep_path: str, vocab_size: int = 37000, scale: Optional[str] = None) -> list[dict[str, Any]]:
+    sweep = load_sweep(sweep_path)
+    scales = scales_for(sweep_path) if scale else {}
+    if scale and scale not in scales:
+        raise ValueError(f"--scale {scale!r}: unknown; scales: {', '.join(scales)}")
+    rows = []
+    for row in sweep.rows:
+        config = resolve(sweep, row, scales[scale], 0) if scale else paper_units(sweep, row)
+        model = dataclasses.replace(config.model, vocab_size=vocab_size) if vocab_size else config.model
+        params = model_parameters(model)
+        paper = row.paper.params_m
+        rows.append({
+            "row": row.id,
+            "group": row.group,
+            "params": params,
+            "paper_params_m": paper,
+            "within_tolerance": None if paper is None or scale else within_tolerance(params, paper),
+            "N": model.N, "d_model": model.d_model, "d_ff": model.d_ff, "h": model.h,
+            "d_k": model.head_dim_k, "d_v": model.head_dim_v,
+        })
+    return rows

@@ -1,0 +1,287 @@
+"""Sweeps as data: load and validate sweep and scale files, and expand rows x seeds into runs.
+
+A row is stated in the paper's units (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positional,
+train_steps). A scale preset maps it to a budget. `expand` is a pure function of (sweep, scale, seeds,
+overrides); a run's id is the hash of its resolved config, so the same row, scale and seed is the same run
+everywhere and re-running a sweep finds finished runs by id.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import yaml
+
+from lightning_modules.config import SECTIONS, RunConfig
+
+# Paper-unit names that are not model fields.
+ALIASES = {"eps_ls": "train.eps_ls", "train_steps": "train.max_steps"}
+WIDTH_FIELDS = ("d_model", "d_ff", "d_k", "d_v")
+PAPER_FIGURES = ("ppl", "bleu", "params_m")
+
+
+def _field_names(section: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(SECTIONS[section])]
+
+
+def canonical_key(key: str, where: str) -> str:
+    """`d_k` -> `model.d_k`, `eps_ls` -> `train.eps_ls`, `data.vocab_size` stays; unknown keys are errors."""
+    if key in ALIASES:
+        return ALIASES[key]
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section == "run" and name == "seed":
+            return "seed"
+        if section not in SECTIONS:
+            raise ValueError(f"{where}: unknown section {section!r} in {key!r}; valid sections: {', '.join(SECTIONS)}")
+        if name not in _field_names(section):
+            raise ValueError(f"{where}: unknown field {key!r}; valid {section} fields: {', '.join(_field_names(section))}")
+        return key
+    if key == "seed":
+        return "seed"
+    if key in _field_names("model") and key != "vocab_size":
+        return f"model.{key}"
+    owners = [s for s in SECTIONS if key in _field_names(s)]
+    if owners:
+        raise ValueError(f"{where}: {key!r} is ambiguous or not a model field; write it as " + " or ".join(f"{s}.{key}" for s in owners))
+    raise ValueError(
+        f"{where}: unknown key {key!r}; expected a model field ({', '.join(_field_names('model'))}), "
+        f"{', '.join(ALIASES)}, or section.field"
+    )
+
+
+def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Return a copy of a RunConfig dict with `overrides` (paper-unit or dotted keys) applied."""
+    out = copy.deepcopy(values)
+    for key, value in overrides.items():
+        target = canonical_key(str(key), where)
+        if target == "seed":
+            out["seed"] = value
+        else:
+            section, name = target.split(".")
+            out[section][name] = value
+    return out
+
+
+def build_config(values: Mapping[str, Any], where: str) -> RunConfig:
+    """RunConfig from a dict, with model.vocab_size following data.vocab_size; errors say where."""
+    values = copy.deepcopy(dict(values))
+    values["model"]["vocab_size"] = values["data"]["vocab_size"]
+    try:
+        return RunConfig.from_dict(values)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+@dataclass(frozen=True)
+class PaperFigures:
+    ppl: Optional[float] = None
+    bleu: Optional[float] = None
+    params_m: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    group: str
+    overrides: Mapping[str, Any]
+    paper: PaperFigures = field(default_factory=PaperFigures)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    path: Path
+    base: Mapping[str, Any]
+    rows: tuple[Row, ...]
+    seeds: tuple[int, ...] = (0,)
+    description: str = ""
+
+    def row(self, row_id: str) -> Row:
+        for row in self.rows:
+            if row.id == row_id:
+                return row
+        raise ValueError(f"{self.path}: no row {row_id!r}; rows: {', '.join(r.id for r in self.rows)}")
+
+    def select(self, row_ids: Optional[Iterable[str]]) -> tuple[Row, ...]:
+        return self.rows if row_ids is None else tuple(self.row(r) for r in row_ids)
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    description: str
+    width_divisor: int
+    steps_scale: float
+    settings: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    sweep: str
+    row: str
+    group: str
+    scale: str
+    seed: int
+    config: RunConfig
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {error}") from None
+
+
+def _expect(condition: bool, where: str, expected: str, value: Any) -> None:
+    if not condition:
+        raise ValueError(f"{where} = {value!r}: expected {expected}")
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    value = {} if value is None else value
+    _expect(isinstance(value, dict), where, "a mapping", value)
+    return value
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file; every row must resolve to a valid config in paper units."""
+    path = Path(path)
+    data = read_yaml(path)
+    _expect(isinstance(data, dict), str(path), "a mapping with name, base, rows", type(data).__name__)
+    known = {"name", "description", "base", "rows", "seeds"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}")
+    name = data.get("name", path.stem)
+    _expect(isinstance(name, str) and name, f"{path}: name", "a non-empty string", name)
+    seeds = data.get("seeds", [0])
+    _expect(
+        isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds),
+        f"{path}: seeds", "a non-empty list of non-negative integers", seeds,
+    )
+    base = _mapping(data.get("base"), f"{path}: base")
+    raw_rows = data.get("rows")
+    _expect(isinstance(raw_rows, list) and raw_rows, f"{path}: rows", "a non-empty list", raw_rows)
+    rows, seen = [], set()
+    for i, raw in enumerate(raw_rows):
+        where = f"{path}: rows[{i}]"
+        _expect(isinstance(raw, dict), where, "a mapping with id, group, overrides, paper", raw)
+        extra = sorted(set(raw) - {"id", "group", "overrides", "paper"})
+        if extra:
+            raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: group, id, overrides, paper")
+        row_id = raw.get("id")
+        _expect(isinstance(row_id, str) and row_id, f"{where}.id", "a non-empty string", row_id)
+        if row_id in seen:
+            raise ValueError(f"{where}.id = {row_id!r}: duplicate row id")
+        seen.add(row_id)
+        group = raw.get("group", row_id)
+        _expect(isinstance(group, str) and group, f"{where}.group", "a non-empty string", group)
+        overrides = _mapping(raw.get("overrides"), f"{where}.overrides")
+        paper = _mapping(raw.get("paper"), f"{where}.paper")
+        for key, value in paper.items():
+            _expect(key in PAPER_FIGURES, f"{where}.paper.{key}", "one of " + ", ".join(PAPER_FIGURES), key)
+            _expect(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)),
+                    f"{where}.paper.{key}", "a number or null", value)
+        rows.append(Row(row_id, group, dict(overrides), PaperFigures(**paper)))
+    sweep = Sweep(name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")))
+    for row in sweep.rows:
+        paper_units(sweep, row)
+    return sweep
+
+
+def load_scales(path: str | Path) -> dict[str, Scale]:
+    path = Path(path)
+    data = read_yaml(path)
+    _expect(isinstance(data, dict) and data, str(path), "a mapping of scale names to presets", data)
+    scales = {}
+    for name, raw in data.items():
+        where = f"{path}: {name}"
+        _expect(isinstance(raw, dict), where, "a mapping", raw)
+        extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "settings"})
+        if extra:
+            raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: description, settings, steps_scale, width_divisor")
+        divisor = raw.get("width_divisor", 1)
+        _expect(isinstance(divisor, int) and not isinstance(divisor, bool) and divisor >= 1, f"{where}.width_divisor", "a positive integer", divisor)
+        steps_scale = raw.get("steps_scale", 1.0)
+        _expect(isinstance(steps_scale, (int, float)) and not isinstance(steps_scale, bool) and steps_scale > 0,
+                f"{where}.steps_scale", "a positive number", steps_scale)
+        settings = _mapping(raw.get("settings"), f"{where}.settings")
+        for key in settings:
+            canonical_key(str(key), f"{where}.settings")
+        scales[name] = Scale(name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings))
+    return scales
+
+
+def scales_for(sweep_path: str | Path) -> dict[str, Scale]:
+    """Scale presets live in `scales.yaml` beside the sweep file."""
+    return load_scales(Path(sweep_path).parent / "scales.yaml")
+
+
+def paper_units(sweep: Sweep, row: Row) -> RunConfig:
+    """The row exactly as the paper states it (full dimensions), validated."""
+    values = apply_overrides(RunConfig().to_dict(), sweep.base, f"{sweep.path}: base")
+    values = apply_overrides(values, row.overrides, f"{sweep.path}: row {row.id}")
+    return build_config(values, f"{sweep.path}: row {row.id}")
+
+
+def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, Any] = {}) -> RunConfig:
+    """Preset settings, then the sweep's base and the row (paper units), then the scale mapping, then `sets`."""
+    where = f"{sweep.path}: row {row.id} at scale {scale.name}"
+    values = apply_overrides(RunConfig().to_dict(), scale.settings, f"scale {scale.name}")
+    values = apply_overrides(values, sweep.base, f"{sweep.path}: base")
+    values = apply_overrides(values, row.overrides, where)
+    model = values["model"]
+    for name in WIDTH_FIELDS:
+        if model[name] is None:
+            continue
+        if model[name] % scale.width_divisor:
+            raise ValueError(f"{where}: model.{name} = {model[name]} is not divisible by width_divisor {scale.width_divisor}")
+        model[name] //= scale.width_divisor
+    values["train"]["max_steps"] = max(1, round(values["train"]["max_steps"] * scale.steps_scale))
+    values["seed"] = seed
+    values = apply_overrides(values, sets, "--set")
+    return build_config(values, where)
+
+
+def expand(
+    sweep: Sweep, scale: Scale, seeds: Optional[Sequence[int]] = None, rows: Optional[Iterable[str]] = None,
+    sets: Mapping[str, Any] = {},
+) -> list[RunSpec]:
+    """Rows x seeds -> runs, in row order then seed order. Pure: no files are touched."""
+    specs = []
+    for row in sweep.select(rows):
+        for seed in seeds if seeds is not None else sweep.seeds:
+            config = resolve(sweep, row, scale, seed, sets)
+            specs.append(RunSpec(config.run_id(), sweep.name, row.id, row.group, scale.name, seed, config))
+    return specs
+
+
+def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
+    """`--set key=value` pairs; values are parsed as YAML scalars (1e-3, true, null, rope)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--set {pair!r}: expected key=value, e.g. --set model.positional=rope")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = _scalar(value)
+    return out
+
+
+def _scalar(text: str) -> Any:
+    value = yaml.safe_load(text)
+    if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
