@@ -33,6 +33,68 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def resolve_run(args: argparse.Namespace):
+    """The RunConfig and meta that `ablate train` arguments describe."""
+    from .records import read_config
+    from .sweep import apply_overrides, build_config, expand, load_sweep, parse_sets, scales_for
+
+    sets = parse_sets(args.set or [])
+    if args.data:
+        sets["data.path"] = args.data
+    if args.config:
+        if args.sweep or args.row or args.scale:
+            raise ValueError("--config takes a resolved config; do not combine it with --sweep/--row/--scale")
+        config, meta = read_config(args.config)
+        if args.seed is not None:
+            sets["seed"] = args.seed
+        if sets:
+            config = build_config(apply_overrides(config.to_dict(), sets, "--set"), str(args.config))
+        meta["run_id"] = config.run_id()
+        return config, meta
+    missing = [flag for flag, value in (("--sweep", args.sweep), ("--row", args.row), ("--scale", args.scale)) if not value]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}: give --sweep, --row and --scale, or --config FILE")
+    sweep = load_sweep(args.sweep)
+    scales = scales_for(args.sweep)
+    if args.scale not in scales:
+        raise ValueError(f"--scale {args.scale!r}: unknown; scales: {', '.join(scales)}")
+    seed = args.seed if args.seed is not None else sweep.seeds[0]
+    (spec,) = expand(sweep, scales[args.scale], seeds=[seed], rows=[args.row], sets=sets)
+    meta = {"sweep": spec.sweep, "row": spec.row, "group": spec.group, "scale": spec.scale, "run_id": spec.run_id}
+    return spec.config, meta
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import yaml
+
+    config, meta = resolve_run(args)
+    if args.print_config:
+        print(yaml.safe_dump({"run_id": config.run_id(), "meta": meta, "config": config.to_dict()}, sort_keys=False), end="")
+        return 0
+    from .records import run_folder
+    from .train import train_run
+
+    run_dir = run_folder(args.out, meta, config)
+    print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
+    metrics = train_run(config, run_dir, meta)
+    keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
+    print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
+    return 0 if metrics.get("status") == "done" else 1
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    import torch
+
+    from lightning_modules.averaging import average_checkpoints, step_checkpoints
+
+    paths = step_checkpoints(args.checkpoints)[-args.last :]
+    if not paths:
+        raise ValueError(f"{args.checkpoints}: no step-*.ckpt checkpoints found")
+    torch.save({"state_dict": average_checkpoints(paths), "averaged": [p.name for p in paths]}, args.output)
+    print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     params.add_argument("--scale", default=None, help="count at a scale preset instead of the paper's units")
     params.add_argument("--json", action="store_true", help="print a JSON list")
     params.set_defaults(handler=cmd_params)
+
+    train = sub.add_parser("train", help="train and evaluate one run (a sweep row at a scale, or a resolved config)")
+    train.add_argument("--sweep", help="sweep file, e.g. sweeps/table3.yaml")
+    train.add_argument("--row", help="row id, e.g. base")
+    train.add_argument("--scale", help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
+    train.add_argument("--config", help="a resolved config file (a run folder's config.yaml)")
+    train.add_argument("--data", help="corpus directory (sets data.path)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set positional=none --set train.max_steps=500")
+    train.add_argument("--seed", type=int, help="random seed (default: the sweep's first)")
+    train.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.set_defaults(handler=cmd_train)
+
+    average = sub.add_parser("average", help="average the last k periodic checkpoints of a run")
+    average.add_argument("checkpoints", help="a run's checkpoints/ folder")
+    average.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)")
+    average.add_argument("--output", required=True, help="file to write the averaged weights to")
+    average.set_defaults(handler=cmd_average)
     return parser
 
 

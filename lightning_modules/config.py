@@ -51,6 +51,19 @@ def _check_positive_number(owner: str, name: str, value: Any) -> None:
         _fail(owner, name, value, "a positive finite number")
 
 
+def _check_non_negative_number(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
+        _fail(owner, name, value, "a non-negative finite number")
+
+
+def _floats_as_float(config: Any) -> None:
+    """Store ints given for float fields as floats, so that equal configs hash to the same run id."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type in ("float", "Optional[float]") and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, f.name, float(value))
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The Transformer of section 3. Defaults are the paper's base model."""
@@ -78,6 +91,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         own = "model"
+        _floats_as_float(self)
         for name in ("vocab_size", "N", "d_model", "d_ff", "h", "max_positions"):
             _check_positive(own, name, getattr(self, name))
         for name in ("d_k", "d_v", "kv_heads"):
@@ -138,6 +152,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         own = "data"
+        _floats_as_float(self)
         _check_choice(own, "dataset", self.dataset, ("generated", "multi30k", "wmt14-en-de", "dir"))
         if self.dataset in ("multi30k", "dir") and not self.path:
             _fail(own, "path", self.path, f"a corpus directory for dataset={self.dataset!r}")
@@ -173,6 +188,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         own = "train"
+        _floats_as_float(self)
         for name in ("max_steps", "accumulate_grad_batches", "val_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
             _check_positive(own, name, getattr(self, name))
         _check_non_negative(own, "warmup_steps", self.warmup_steps)
@@ -181,10 +197,8 @@ class TrainConfig:
         _check_probability(own, "adam_beta2", self.adam_beta2)
         _check_positive_number(own, "adam_eps", self.adam_eps)
         _check_probability(own, "eps_ls", self.eps_ls)
-        if self.weight_decay < 0:
-            _fail(own, "weight_decay", self.weight_decay, "a non-negative number")
-        if self.gradient_clip < 0:
-            _fail(own, "gradient_clip", self.gradient_clip, "a non-negative number (0 disables clipping)")
+        _check_non_negative_number(own, "weight_decay", self.weight_decay)
+        _check_non_negative_number(own, "gradient_clip", self.gradient_clip)
         _check_choice(own, "precision", self.precision, PRECISION)
         if self.max_minutes is not None:
             _check_positive_number(own, "max_minutes", self.max_minutes)
@@ -203,14 +217,14 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         own = "eval"
+        _floats_as_float(self)
         _check_positive(own, "beam_size", self.beam_size)
         _check_non_negative(own, "max_len_offset", self.max_len_offset)
         _check_non_negative(own, "average_last", self.average_last)
         _check_positive(own, "batch_sentences", self.batch_sentences)
         if self.dev_bleu_sentences is not None:
             _check_positive(own, "dev_bleu_sentences", self.dev_bleu_sentences)
-        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) or self.length_penalty < 0:
-            _fail(own, "length_penalty", self.length_penalty, "a non-negative number")
+        _check_non_negative_number(own, "length_penalty", self.length_penalty)
 
 
 @dataclass(frozen=True)
@@ -282,7 +296,7 @@ def from_dict(cls: type, values: Mapping[str, Any], owner: str) -> Any:
         raise ValueError(f"{owner}: expected a mapping of fields, got {type(values).__name__}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(values) - set(names))
+    unknown = sorted(set(values) - set(names), key=str)
     if unknown:
         raise ValueError(f"{owner}.{unknown[0]}: unknown field; valid fields: {', '.join(names)}")
     kwargs = {}

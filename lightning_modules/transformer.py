@@ -207,7 +207,7 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
         # Unit-variance inputs after the sqrt(d_model) scale, as in fairseq and tensor2tensor.
-        for embedding in {self.src_embed, self.tgt_embed}:
+        for embedding in dict.fromkeys([self.src_embed, self.tgt_embed]):  # ordered: reproducible init
             nn.init.normal_(embedding.weight, std=self.cfg.d_model**-0.5)
             nn.init.zeros_(embedding.weight[self.cfg.pad_id])
         if not self.cfg.tie_embeddings:

@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine:
+#   make table3   set up .venv, then regenerate Table 3 at the smallest scale
+#   make test     set up .venv, then run the test suite
+# Set-up is idempotent: it reruns only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TORCH  ?= 2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+.PHONY: setup table3 params test test-all clean-runs
+
+setup: $(STAMP)
+
+# Without a usable NVIDIA GPU, take the light CPU build of torch: from a local wheel or pip cache if there is
+# one, else from PyTorch's CPU index when reachable, so pip never pulls the multi-GB CUDA build by accident.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if $(BIN)/python -c "import torch" 2>/dev/null; then :; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then $(BIN)/pip install "torch==$(TORCH)"; \
+	elif $(BIN)/pip download --no-deps --no-index -q -d /tmp/ablate-torch "torch==$(TORCH)" >/dev/null 2>&1 \
+	     || ! curl -s --max-time 5 -o /dev/null $(TORCH_CPU_INDEX)/torch/; then $(BIN)/pip install "torch==$(TORCH)"; \
+	else $(BIN)/pip install "torch==$(TORCH)" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; fi
+	$(BIN)/pip install -e '.[dev]'
+	touch $@
+
+table3: $(STAMP)
+	$(BIN)/ablate params sweeps/table3.yaml --vocab 37000
+
+params: $(STAMP)
+	$(BIN)/ablate params sweeps/table3.yaml --vocab 37000
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -m ""

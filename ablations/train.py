@@ -1,0 +1,160 @@
+"""One run: a resolved config in, a run folder with config, checkpoints, curves and metrics out."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from tqdm.auto import tqdm
+
+from lightning_modules.averaging import average_checkpoints, step_checkpoints
+from lightning_modules.config import RunConfig
+from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, dataset_directory
+from lightning_modules.module import TranslationModule
+
+from .records import read_metrics, update_metrics, write_atomic, write_config
+
+DEFAULT_CACHE = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "attention-ablations"))
+log = logging.getLogger("ablate")
+
+
+def cache_dir(config: RunConfig) -> Path:
+    return Path(config.data.cache_dir) if config.data.cache_dir else DEFAULT_CACHE
+
+
+def corpus_directory(config: RunConfig) -> Path:
+    """Where the run's corpus lies; the built-in corpus is generated there on first use."""
+    data = config.data
+    if data.dataset == "generated":
+        from .corpus import write_corpus
+
+        path = Path(data.path) if data.path else cache_dir(config) / "corpus" / f"generated-{data.generated_pairs}-{data.generated_seed}"
+        return write_corpus(path, train_pairs=data.generated_pairs, seed=data.generated_seed)
+    return dataset_directory(data)
+
+
+class StepProgress(pl.callbacks.ProgressBar):
+    """A progress bar over optimiser steps (not epochs): step, loss, tokens/s, dev BLEU and ETA."""
+
+    SHOWN = ("train/loss", "train/tokens_per_s", "dev/ppl", "dev/bleu")
+
+    def __init__(self, max_steps: int) -> None:
+        super().__init__()
+        self.max_steps = max_steps
+        self.bar: Optional[tqdm] = None
+        self.enabled = True
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.enabled and trainer.is_global_zero:
+            self.bar = tqdm(total=self.max_steps, initial=trainer.global_step, desc="train", unit="step", dynamic_ncols=True)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(trainer.global_step - self.bar.n)
+        if trainer.global_step % 10 == 0:
+            metrics = trainer.progress_bar_metrics
+            self.bar.set_postfix({k.split("/")[-1]: f"{float(metrics[k]):.4g}" for k in self.SHOWN if k in metrics}, refresh=False)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt: int) -> list:
+    # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows.
+    loggers: list = [CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}")]
+    mode = os.environ.get("WANDB_MODE", "offline")
+    if mode != "disabled":
+        from .tracking import wandb_logger
+
+        loggers.append(wandb_logger(run_dir, config, meta, mode))
+    return loggers
+
+
+def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] = None, progress: bool = True) -> dict[str, Any]:
+    """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one."""
+    run_dir = Path(run_dir)
+    meta = dict(meta or {})
+    meta.setdefault("run_id", config.run_id())
+    previous = read_metrics(run_dir) or {}
+    attempt = int(previous.get("attempts", 0)) + 1
+    write_config(run_dir, config, meta)
+    started = time.time()
+    update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started)
+
+    pl.seed_everything(config.seed, workers=True, verbose=False)
+    data = TranslationDataModule(
+        config.data, corpus_dir=corpus_directory(config), seed=config.seed, max_positions=config.model.max_positions,
+        eval_max_sentences=config.eval.batch_sentences,
+    )
+    data.prepare_data()
+    data.setup("fit")
+    module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID)
+    checkpoints = run_dir / "checkpoints"
+    train_cfg = config.train
+    periodic = ModelCheckpoint(
+        dirpath=checkpoints, filename="step-{step:07d}", auto_insert_metric_name=False,
+        every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
+        monitor="step", mode="max", save_last=True,
+    )
+    callbacks: list = [periodic]
+    if progress:
+        callbacks.append(StepProgress(train_cfg.max_steps))
+    trainer = pl.Trainer(
+        accelerator="auto", devices=1, max_steps=train_cfg.max_steps, max_epochs=-1,
+        max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
+        val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
+        check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        accumulate_grad_batches=train_cfg.accumulate_grad_batches,
+        gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
+        deterministic=True, use_distributed_sampler=False, logger=make_loggers(run_dir, config, meta, attempt),
+        callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
+        default_root_dir=str(run_dir), log_every_n_steps=10,
+    )
+    last = checkpoints / "last.ckpt"
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if last.exists() else None)
+    train_seconds = module.train_seconds
+
+    averaged = 0
+    if config.eval.average_last > 1:
+        paths = step_checkpoints(checkpoints)[-config.eval.average_last :]
+        if len(paths) > 1:
+            module.load_state_dict(average_checkpoints(paths))
+            averaged = len(paths)
+    module.bleu_limit = None
+    trainer.validate(module, datamodule=data, verbose=False)
+    trainer.test(module, datamodule=data, verbose=False)
+    dev, test = module.results["dev"], module.results["test"]
+    write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
+    write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
+    wall = time.time() - started
+    metrics = {
+        "dev_loss": dev["loss"], "dev_ppl": dev["ppl"],
+        "dev_bleu": dev.get("bleu"), "dev_bleu_tok": dev.get("bleu_tok"), "dev_chrf": dev.get("chrf"),
+        "test_loss": test["loss"], "test_ppl": test["ppl"],
+        "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"), "test_chrf": test.get("chrf"),
+        "sacrebleu_signature": test.get("sacrebleu_signature"), "bleu_tok_signature": test.get("bleu_tok_signature"),
+        "params": module.params, "steps": trainer.global_step, "train_tokens": module.train_tokens,
+        "train_seconds": train_seconds, "wall_seconds": wall,
+        "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
+        "averaged_checkpoints": averaged, "seed": config.seed,
+        "status": "done" if math.isfinite(dev["loss"]) else "diverged",
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+    }
+    return update_metrics(run_dir, **metrics)

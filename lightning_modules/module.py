@@ -1,0 +1,165 @@
+"""The thin LightningModule: the paper's loss, optimiser and schedule around the plain Transformer."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .config import RunConfig
+from .metrics import score_translations
+from .search import beam_search
+from .transformer import Transformer, count_parameters
+
+
+def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), steps counted from 1."""
+    step = max(step, 1)
+    if warmup_steps == 0:
+        return scale * d_model**-0.5 * step**-0.5
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad_id: int) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross entropy and summed NLL over non-pad targets.
+
+    The smoothed target puts 1 - eps on the reference and eps spread uniformly over the vocabulary.
+    """
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # [B, T, V]
+    keep = target != pad_id
+    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [B, T]
+    uniform = -log_probs.mean(dim=-1)  # [B, T]
+    loss = (1.0 - eps) * nll + eps * uniform
+    return loss[keep].sum(), nll[keep].sum()
+
+
+class TranslationModule(pl.LightningModule):
+    """Training and evaluation of one run. Expects a datamodule with `decode`, references and special ids."""
+
+    def __init__(self, config: RunConfig, bos_id: int, eos_id: int):
+        super().__init__()
+        self.config = config
+        self.bos_id, self.eos_id = bos_id, eos_id
+        self.model = Transformer(config.model)
+        self.params = count_parameters(self.model)
+        self.bleu_limit: Optional[int] = config.eval.dev_bleu_sentences  # None: the whole split
+        self.results: dict[str, dict[str, Any]] = {}
+        self._sums: dict[str, Tensor] = {}
+        self._hypotheses: dict[int, str] = {}
+        self._step_started: Optional[float] = None
+        self._fit_started = 0.0
+        self.train_tokens = 0  # non-pad target tokens trained on, across resumes
+        self.train_seconds = 0.0  # time inside fit (training and periodic validation), across resumes
+
+    # --- training -------------------------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        logits = self.model(batch["src"], batch["tgt_in"])
+        loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.config.model.pad_id)
+        n_tokens = batch["n_tgt_tokens"]
+        self.train_tokens += n_tokens
+        loss = loss_sum / n_tokens
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/nll", nll_sum.detach() / n_tokens)
+        now = time.perf_counter()
+        if self._step_started is not None:
+            self.log("train/tokens_per_s", n_tokens / max(now - self._step_started, 1e-9), prog_bar=True)
+        self._step_started = now
+        return loss
+
+    def on_train_start(self) -> None:
+        self._fit_started = time.perf_counter() - self.train_seconds
+
+    def on_train_end(self) -> None:
+        self.train_seconds = time.perf_counter() - self._fit_started
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["progress"] = {"train_tokens": self.train_tokens, "train_seconds": time.perf_counter() - self._fit_started}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        progress = checkpoint.get("progress", {})
+        self.train_tokens = int(progress.get("train_tokens", 0))
+        self.train_seconds = float(progress.get("train_seconds", 0.0))
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._step_started is None:
+            self._step_started = time.perf_counter()
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.log("train/lr", optimizer.param_groups[0]["lr"])
+
+    def configure_optimizers(self):
+        cfg = self.config.train
+        optimizer = torch.optim.Adam(
+            self.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        )
+        d_model = self.config.model.d_model
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: inverse_sqrt_lr(step + 1, d_model, cfg.warmup_steps, cfg.lr_scale)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # --- evaluation -----------------------------------------------------------------------------------------
+    def _eval_start(self) -> None:
+        self._sums = {"loss": torch.zeros((), device=self.device), "nll": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device)}
+        self._hypotheses = {}
+
+    def _eval_step(self, batch: dict[str, Any], limit: Optional[int]) -> None:
+        logits = self.model(batch["src"], batch["tgt_in"])
+        loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.config.model.pad_id)
+        self._sums["loss"] += loss_sum
+        self._sums["nll"] += nll_sum
+        self._sums["tokens"] += batch["n_tgt_tokens"]
+        indices = batch["index"].tolist()
+        wanted = [i for i, index in enumerate(indices) if limit is None or index < limit]
+        if not wanted:
+            return
+        src = batch["src"] if len(wanted) == len(indices) else batch["src"][wanted]
+        ev = self.config.eval
+        outputs = beam_search(self.model, src, self.bos_id, self.eos_id, ev.beam_size, ev.length_penalty, ev.max_len_offset)
+        decode = self.trainer.datamodule.decode
+        for position, ids in zip(wanted, outputs):
+            self._hypotheses[indices[position]] = decode(ids)
+
+    def _eval_end(self, split: str, references: list[str], limit: Optional[int]) -> dict[str, Any]:
+        tokens = self._sums["tokens"].clamp_min(1)
+        loss = (self._sums["nll"] / tokens).item()
+        result: dict[str, Any] = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "smoothed_loss": (self._sums["loss"] / tokens).item()}
+        n = len(references) if limit is None else min(limit, len(references))
+        if len(self._hypotheses) == n and n > 0:
+            hypotheses = [self._hypotheses[i] for i in range(n)]
+            result.update(score_translations(hypotheses, references[:n], self.config.data.tgt_lang))
+            result["bleu_sentences"] = n
+            result["hypotheses"] = hypotheses
+        self.results[split] = result
+        self.log(f"{split}/loss", loss)
+        self.log(f"{split}/ppl", result["ppl"], prog_bar=split == "dev")
+        for key in ("bleu", "bleu_tok", "chrf"):
+            if key in result:
+                self.log(f"{split}/{key}", result[key], prog_bar=split == "dev" and key == "bleu")
+        return result
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_start()
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch, self.bleu_limit)
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self._eval_end("dev", self.trainer.datamodule.dev_references, self.bleu_limit)
+        self._step_started = None  # evaluation time is not training throughput
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_start()
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch, None)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_end("test", self.trainer.datamodule.test_references, None)

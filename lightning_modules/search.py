@@ -1,0 +1,208 @@
+"""Batched beam search and greedy decoding over the Transformer's incremental decoder (section 6).
+
+The paper: beam size 4, length penalty alpha = 0.6, maximum output length = input length + 50, early stop.
+
+Scoring. A hypothesis Y (tokens y_1..y_n, then EOS) scores  log P(Y | X) / lp(|Y|)  with the GNMT penalty
+lp(m) = ((5 + m) / 6)^alpha, where |Y| = n + 1 counts the EOS, as in tensor2tensor and fairseq.
+
+Search. All sentences and beams are decoded as one batch of B*K rows. Each step takes the 2K best
+(beam, token) candidates of each sentence; EOS candidates that rank among the first K are finished
+hypotheses (as in fairseq); the K best non-EOS candidates are the live beams of the next step. PAD never is a
+candidate, nor BOS when it differs from EOS. When a sentence has produced its maximum number of tokens, only
+EOS is allowed, so every sentence ends with a finished hypothesis.
+
+Finished hypotheses. Only the best finished hypothesis of each sentence (normalised score and tokens) and the
+number finished are kept, as tensors: the API returns the best one, and both stopping rules only need these.
+
+Early stopping (`stop`):
+* "bound" (default): a sentence is done when its best finished score cannot be beaten by any continuation of
+  its live beams. A live beam with log-probability s <= 0 can only lose probability, so any hypothesis grown
+  from it scores at most s / max(lp(m)) over the lengths m it can still reach; with alpha >= 0 that is
+  s / lp(max_len + 1). The result is therefore exactly what the same beam search returns when run to the
+  maximum length (tested), while stopping as soon as the answer is settled. tensor2tensor, which the paper
+  used, bounds the alive beams the same way (best alive log-probability / lp(max length)).
+* "count": done when K hypotheses have finished (fairseq's rule); cheaper, but with alpha > 0 a longer
+  hypothesis that would have won can be cut off. Greedy search is K = 1 with this rule: it stops at the
+  first EOS, which is exactly the argmax loop.
+* "none": every sentence runs to its maximum length (for checking the other rules).
+
+Cost. One host sync per step (whether any sentence is done). Done sentences leave the batch: their rows of the
+memory, mask and cache are dropped, so the remaining sentences decode faster.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+from torch import Tensor
+
+NEG_INF = float("-inf")
+
+
+def length_penalty_factor(length: Tensor | int | float, alpha: float) -> Tensor:
+    """GNMT length penalty ((5 + |Y|) / 6)^alpha, |Y| counting the EOS."""
+    length = torch.as_tensor(length).float()
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_len_offset: int = 50,
+    max_len: Optional[int] = None,
+    *,
+    use_cache: bool = True,
+    stop: Literal["bound", "count", "none"] = "bound",
+    return_scores: bool = False,
+):
+    """Best hypothesis per source sentence as token ids (without BOS and EOS).
+
+    src [B, S] (padded with model.cfg.pad_id). Source length per sentence = its number of non-pad tokens;
+    max output length (tokens before EOS) = that + max_len_offset, capped by `max_len` when given and by the
+    model's positions (max_positions - 1). use_cache=False re-decodes the whole prefix every step (same
+    outputs, for speed comparisons). With return_scores=True also returns the normalised scores [B]
+    (log-probability / lp(|Y|), float32) of the returned hypotheses.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size = {beam_size}: expected a positive integer")
+    if stop not in ("bound", "count", "none"):
+        raise ValueError(f"stop = {stop!r}: expected 'bound', 'count' or 'none'")
+    was_training = model.training
+    model.eval()
+    try:
+        tokens, scores = _search(model, src, bos_id, eos_id, beam_size, float(length_penalty), max_len_offset,
+                                 max_len, use_cache, stop)
+    finally:
+        model.train(was_training)
+    return (tokens, scores) if return_scores else tokens
+
+
+@torch.no_grad()
+def greedy_search(model, src: Tensor, bos_id: int, eos_id: int, max_len_offset: int = 50,
+                  max_len: Optional[int] = None, *, use_cache: bool = True) -> list[list[int]]:
+    """Argmax decoding until EOS or the maximum length: beam search with one beam, stopping at the first EOS."""
+    return beam_search(model, src, bos_id, eos_id, 1, 0.0, max_len_offset, max_len, use_cache=use_cache, stop="count")
+
+
+def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, max_len_offset: int,
+            max_len: Optional[int], use_cache: bool, stop: str) -> tuple[list[list[int]], Tensor]:
+    cfg = model.cfg
+    device = src.device
+    B_all = src.shape[0]
+    if B_all == 0:
+        return [], torch.empty(0)
+
+    # Per-sentence maximum number of output tokens (EOS excluded).
+    limit = (src != cfg.pad_id).sum(dim=1) + max_len_offset  # [B]
+    if max_len is not None:
+        limit = limit.clamp(max=max_len)
+    if cfg.positional != "none":
+        limit = limit.clamp(max=cfg.max_positions - 1)  # BOS at position 0, the last token at position `limit`
+    limit = limit.clamp(min=0)
+    L_cap = int(limit.max())  # one sync, before the loop
+
+    memory, src_mask = model.encode(src)
+    memory = memory.repeat_interleave(K, dim=0)  # [B*K, S, D]: the K beams of a sentence are adjacent rows
+    src_mask = src_mask.repeat_interleave(K, dim=0)  # [B*K, 1, 1, S]
+    cache = model.new_cache() if use_cache else None
+
+    # Banned tokens: pad always, BOS unless it doubles as EOS.
+    V = cfg.vocab_size
+    banned = torch.zeros(V, dtype=torch.bool, device=device)
+    banned[cfg.pad_id] = True
+    if bos_id != eos_id:
+        banned[bos_id] = True
+    banned[eos_id] = False
+    only_eos = torch.full((V,), NEG_INF, device=device)
+    only_eos[eos_id] = 0.0
+
+    # Results, indexed by original sentence.
+    best_score = torch.full((B_all,), NEG_INF, device=device)
+    best_tokens = torch.full((B_all, max(L_cap, 1)), cfg.pad_id, dtype=torch.long, device=device)
+    best_len = torch.zeros(B_all, dtype=torch.long, device=device)
+    n_finished = torch.zeros(B_all, dtype=torch.long, device=device)
+
+    # State of the active sentences (B of them), K beams each.
+    ids = torch.arange(B_all, device=device)  # original index of each active sentence
+    lim = limit  # [B]
+    scores = torch.full((B_all, K), NEG_INF, device=device)
+    scores[:, 0] = 0.0  # one live beam at the start, so the K beams do not duplicate it
+    hist = torch.empty(B_all * K, 0, dtype=torch.long, device=device)  # generated tokens [B*K, t]
+    last = torch.full((B_all * K, 1), bos_id, dtype=torch.long, device=device)
+    beam_offsets = torch.arange(K, device=device)
+
+    t = 0  # tokens generated so far by every live beam
+    while True:
+        B = ids.shape[0]
+        if use_cache:
+            logits = model.decode(last, memory, src_mask, cache)[:, -1]  # [B*K, V]
+        else:
+            prefix = torch.cat([torch.full((B * K, 1), bos_id, dtype=torch.long, device=device), hist], dim=1)
+            logits = model.decode(prefix, memory, src_mask)[:, -1]
+        logp = logits.float().log_softmax(dim=-1).masked_fill(banned, NEG_INF).view(B, K, V)
+        at_limit = lim <= t  # [B]: only EOS may follow
+        logp = torch.where(at_limit[:, None, None], logp + only_eos, logp)
+
+        cand = (scores.unsqueeze(-1) + logp).view(B, K * V)
+        cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # sorted, best first
+        cand_beam, cand_tok = cand_idx // V, cand_idx % V
+        is_eos = cand_tok == eos_id
+
+        # Finished: EOS candidates among the first K, with a finite score. |Y| = t + 1 (EOS included).
+        fin = is_eos & torch.isfinite(cand_scores)
+        fin[:, K:] = False
+        n_finished[ids] += fin.sum(dim=1)
+        fin_norm = torch.where(fin, cand_scores / ((5.0 + t + 1) / 6.0) ** alpha, NEG_INF)
+        top_norm, top_pos = fin_norm.max(dim=1)  # [B]
+        improved = top_norm > best_score[ids]
+        if t > 0:
+            parent_rows = torch.arange(B, device=device) * K + cand_beam.gather(1, top_pos[:, None]).squeeze(1)
+            new_tokens = hist[parent_rows]  # [B, t]
+            old_tokens = best_tokens[ids, :t]
+            best_tokens[ids, :t] = torch.where(improved[:, None], new_tokens, old_tokens)
+        best_len[ids] = torch.where(improved, t, best_len[ids])
+        best_score[ids] = torch.where(improved, top_norm, best_score[ids])
+
+        # Live beams: the K best non-EOS candidates.
+        live_scores, live_pos = cand_scores.masked_fill(is_eos, NEG_INF).topk(K, dim=1)  # [B, K]
+        live_beam = cand_beam.gather(1, live_pos)
+        live_tok = cand_tok.gather(1, live_pos)
+        t += 1
+
+        # Done sentences: at the limit (all live beams are dead), or by the stopping rule.
+        if stop == "none":
+            done = at_limit
+        elif stop == "count":
+            done = (n_finished[ids] >= K) | at_limit
+        else:
+            # Longest reachable |Y| is lim + 1, the shortest t + 1; take the larger penalty of the two ends.
+            lp_max = length_penalty_factor(lim + 1, alpha).clamp(min=((5.0 + t + 1) / 6.0) ** alpha)
+            bound = live_scores[:, 0] / lp_max
+            done = (best_score[ids] >= bound) | at_limit
+
+        # Reorder rows to the live beams' parents, dropping done sentences: one index for everything.
+        rows = (torch.arange(B, device=device)[:, None] * K + live_beam).view(-1)  # [B*K]
+        if bool(done.any()):  # the one host sync per step
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            keep_rows = (keep[:, None] * K + beam_offsets).view(-1)
+            memory, src_mask = memory[keep_rows], src_mask[keep_rows]
+            rows = rows.view(B, K)[keep].view(-1)
+            ids, lim = ids[keep], lim[keep]
+            live_scores, live_tok = live_scores[keep], live_tok[keep]
+        scores = live_scores
+        hist = torch.cat([hist[rows], live_tok.reshape(-1, 1)], dim=1)
+        last = live_tok.reshape(-1, 1)
+        if cache is not None:
+            cache.reorder(rows)
+
+    lengths = best_len.tolist()
+    tokens = best_tokens.tolist()
+    return [row[:n] for row, n in zip(tokens, lengths)], best_score.cpu()

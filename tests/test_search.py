@@ -1,0 +1,318 @@
+import itertools
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_modules.config import ModelConfig
+from lightning_modules.search import beam_search, greedy_search
+from lightning_modules.transformer import Transformer
+
+PAD, BOS, EOS = 0, 1, 2
+CONTENT = (3, 4, 5, 6)  # the tokens a hypothesis may contain (PAD and BOS are never generated)
+ALPHA = 0.6
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matrices: extra intra-op threads only add overhead (and spin when other processes load the CPUs)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(seed: int, std: float = 0.5, **overrides) -> Transformer:
+    """A tiny random model; weights drawn with a large std so that its distributions depend on the prefix."""
+    with torch.random.fork_rng():  # leave the global generator as it was
+        torch.manual_seed(seed)
+        model = Transformer(ModelConfig(vocab_size=7, N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, **overrides))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, std)
+    return model.eval()
+
+
+class HashLM(nn.Module):
+    """A stand-in for the Transformer with the same decoding API whose next-token distribution is an arbitrary
+    (random-table) function of the source and the whole prefix, with an EOS bonus growing with the length.
+    Unlike a tiny random Transformer (which mostly says EOS at once or never), its best hypotheses have varied
+    lengths and sentences of a batch finish at different steps, so the search bookkeeping is exercised."""
+
+    P = 10007
+
+    class Cache:
+        def __init__(self):
+            self.state, self.length = None, 0
+
+        def reorder(self, index):
+            self.state = self.state.index_select(0, index)
+
+    def __init__(self, seed: int, vocab_size: int = 8, temperature: float = 2.0, eos_slope: float = 0.8):
+        super().__init__()
+        self.cfg = ModelConfig(vocab_size=vocab_size, N=1, d_model=8, d_ff=8, h=1)
+        g = torch.Generator().manual_seed(seed)
+        self.register_buffer("table", torch.randn(self.P, vocab_size, generator=g) * temperature)
+        self.eos_slope = eos_slope
+
+    def encode(self, src):
+        weights = torch.arange(1, src.shape[1] + 1)
+        src_hash = (src * weights * 97).sum(1) % self.P  # pads are 0: padding does not change the hash
+        memory = src_hash.float()[:, None, None].expand(-1, src.shape[1], 1)
+        return memory, (src != self.cfg.pad_id)[:, None, None, :]
+
+    def new_cache(self):
+        return self.Cache()
+
+    def _logits(self, state, position):
+        logits = self.table[state].clone()
+        logits[:, EOS] += self.eos_slope * position - 2.5
+        return logits
+
+    def decode(self, tgt, memory, src_mask, cache=None):
+        state = cache.state if cache is not None and cache.state is not None else memory[:, 0, 0].long()
+        offset = cache.length if cache is not None else 0
+        out = []
+        for i in range(tgt.shape[1]):
+            state = (state * 131 + tgt[:, i] + 7) % self.P
+            out.append(self._logits(state, offset + i))
+        if cache is not None:
+            cache.state, cache.length = state, offset + tgt.shape[1]
+        return torch.stack(out, dim=1)
+
+    def forward(self, src, tgt_in):
+        return self.decode(tgt_in, *self.encode(src))
+
+
+def lp(length):
+    return ((5.0 + length) / 6.0) ** ALPHA
+
+
+@torch.no_grad()
+def scores_of(model, src_row: torch.Tensor, hyps: list[list[int]], alpha: float = ALPHA) -> torch.Tensor:
+    """Length-penalised log P(hyp + EOS | src) by teacher forcing, for one source row [S]."""
+    T = max(len(h) for h in hyps) + 1
+    tgt_in = torch.tensor([[BOS] + h + [PAD] * (T - 1 - len(h)) for h in hyps])
+    tgt_out = torch.tensor([h + [EOS] + [PAD] * (T - 1 - len(h)) for h in hyps])
+    n = torch.tensor([len(h) + 1 for h in hyps])
+    logp = model(src_row[None].expand(len(hyps), -1), tgt_in).float().log_softmax(-1)
+    logp = logp.gather(2, tgt_out[:, :, None])[:, :, 0]
+    logp = logp.masked_fill(torch.arange(T)[None] >= n[:, None], 0.0).sum(1)
+    return logp / ((5.0 + n) / 6.0) ** alpha
+
+
+def exhaustive_best(model, src_row, max_len: int, content=CONTENT) -> tuple[list[int], float]:
+    hyps = [list(s) for n in range(max_len + 1) for s in itertools.product(content, repeat=n)]
+    scores = scores_of(model, src_row, hyps)
+    i = int(scores.argmax())
+    return hyps[i], float(scores[i])
+
+
+# Tiny random Transformers (the real decoder and cache) and HashLMs (varied lengths, staggered finishes).
+MODELS = [("transformer", seed) for seed in range(3)] + [("hash", seed) for seed in range(4)]
+
+
+def make(kind: str, seed: int):
+    return tiny_model(seed) if kind == "transformer" else HashLM(seed)
+
+
+def random_src(seed: int, rows: int, cols: int, vocab: int) -> torch.Tensor:
+    """Rows of different lengths: row i keeps cols - (i % cols) tokens, the rest is padding."""
+    src = torch.randint(3, vocab, (rows, cols), generator=torch.Generator().manual_seed(seed))
+    for i in range(rows):
+        src[i, cols - (i % cols):] = PAD
+    return src
+
+
+def content_of(model):
+    return tuple(range(3, model.cfg.vocab_size))
+
+
+@pytest.mark.parametrize("kind,seed", MODELS)
+def test_large_beam_equals_exhaustive_search(kind, seed):
+    model = make(kind, seed)
+    content = content_of(model)
+    max_len = 4 if len(content) <= 4 else 3
+    src = random_src(seed, 4, 3, model.cfg.vocab_size)
+    K = len(content) ** max_len  # every prefix of every length stays in the beam
+    hyps, scores = beam_search(model, src, BOS, EOS, beam_size=K, length_penalty=ALPHA, max_len=max_len,
+                               return_scores=True)
+    for b in range(src.shape[0]):
+        best, best_score = exhaustive_best(model, src[b], max_len, content)
+        assert hyps[b] == best
+        assert float(scores[b]) == pytest.approx(best_score, abs=1e-4)
+
+
+@pytest.mark.parametrize("kind,seed", MODELS)
+def test_returned_scores_are_the_teacher_forced_scores(kind, seed):
+    model = make(kind, seed)
+    src = random_src(seed, 4, 5, model.cfg.vocab_size)
+    hyps, scores = beam_search(model, src, BOS, EOS, 4, ALPHA, max_len_offset=3, return_scores=True)
+    for b in range(src.shape[0]):
+        assert float(scores[b]) == pytest.approx(float(scores_of(model, src[b], [hyps[b]])[0]), abs=1e-4)
+
+
+@pytest.mark.parametrize("kind,seed", MODELS)
+def test_bound_stop_is_exact_and_count_stop_not_better(kind, seed):
+    model = make(kind, seed)
+    src = random_src(seed, 6, 5, model.cfg.vocab_size)
+    full = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, stop="none", return_scores=True)
+    bound = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, stop="bound", return_scores=True)
+    count = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, stop="count", return_scores=True)
+    assert bound[0] == full[0]
+    torch.testing.assert_close(bound[1], full[1])
+    assert torch.all(count[1] <= full[1] + 1e-6)
+
+
+class ScriptedLM(HashLM):
+    """Next-token log-probabilities by position only: first EOS (-1.0) or 3 (-0.46); then 4 (-1.2) or another
+    content token (-1.75 each); then 3 for free until EOS becomes certain at position 12. The best hypothesis
+    is 3 4 3 ... 3 (12 tokens, (-0.46 - 1.2) / lp(13) = -0.86), better than the empty one (-1.0 / lp(1)); a
+    stopping bound that ignored the growing length penalty would stop after two steps with the empty one."""
+
+    def _logits(self, state, position):
+        logits = torch.full((state.shape[0], self.cfg.vocab_size), -30.0)
+        if position == 0:
+            logits[:, EOS], logits[:, 3] = -1.0, math.log1p(-math.exp(-1.0))
+        elif position == 1:
+            logits[:, 3:] = math.log1p(-math.exp(-1.2)) - math.log(self.cfg.vocab_size - 4)
+            logits[:, 4] = -1.2
+        elif position < 12:
+            logits[:, 3] = 0.0
+        else:
+            logits[:, EOS] = 0.0
+        return logits
+
+
+def test_bound_stop_accounts_for_the_growing_length_penalty():
+    model = ScriptedLM(0)
+    src = torch.tensor([[3, 4, 5, 6, 7]])
+    best = [3, 4] + [3] * 10
+    full = beam_search(model, src, BOS, EOS, 2, ALPHA, 20, stop="none", return_scores=True)
+    assert full[0] == [best]
+    assert float(full[1][0]) == pytest.approx((math.log1p(-math.exp(-1.0)) - 1.2) / lp(13), abs=1e-4)
+    assert float(full[1][0]) > -1.0 / lp(1)
+    assert beam_search(model, src, BOS, EOS, 2, ALPHA, 20, stop="bound") == [best]
+
+
+def test_bound_stop_saves_steps():
+    class Counting(HashLM):
+        calls = 0
+
+        def decode(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().decode(*args, **kwargs)
+
+    model = Counting(0, eos_slope=2.0)
+    src = random_src(0, 8, 5, model.cfg.vocab_size)
+    beam_search(model, src, BOS, EOS, 4, ALPHA, 50, stop="none")
+    full_steps, Counting.calls = Counting.calls, 0
+    beam_search(model, src, BOS, EOS, 4, ALPHA, 50, stop="bound")
+    assert full_steps == 5 + 50 + 1 and Counting.calls < full_steps / 2
+
+
+@pytest.mark.parametrize("kind,seed", MODELS)
+def test_beam4_scores_at_least_greedy(kind, seed):
+    model = make(kind, seed)
+    src = random_src(seed, 6, 4, model.cfg.vocab_size)
+    beam = beam_search(model, src, BOS, EOS, 4, ALPHA, max_len_offset=4)
+    greedy = greedy_search(model, src, BOS, EOS, max_len_offset=4)
+    for b in range(src.shape[0]):
+        s_beam, s_greedy = scores_of(model, src[b], [beam[b], greedy[b]])
+        assert s_beam >= s_greedy - 1e-5
+
+
+@pytest.mark.parametrize("overrides", [dict(positional="sinusoidal"), dict(positional="rope"),
+                                       dict(positional="learned"), dict(norm_placement="pre", kv_heads=1),
+                                       dict(tie_embeddings=False, ffn="swiglu")])
+def test_cached_equals_uncached_transformer(overrides):
+    model = tiny_model(1, **overrides)
+    src = torch.tensor([[3, 4, 5, 6, 3, 4], [4, 4, 6, PAD, PAD, PAD], [6, 5, PAD, PAD, PAD, PAD]])
+    for K, stop in [(4, "bound"), (3, "count"), (1, "count")]:
+        cached = beam_search(model, src, BOS, EOS, K, ALPHA, 8, stop=stop, return_scores=True)
+        uncached = beam_search(model, src, BOS, EOS, K, ALPHA, 8, stop=stop, use_cache=False, return_scores=True)
+        assert cached[0] == uncached[0]
+        torch.testing.assert_close(cached[1], uncached[1], atol=1e-4, rtol=1e-4)
+
+
+def test_cached_equals_uncached_staggered_finishes():
+    model = HashLM(1)
+    src = random_src(1, 8, 6, model.cfg.vocab_size)
+    for K in (1, 4):
+        cached = beam_search(model, src, BOS, EOS, K, ALPHA, 8, return_scores=True)
+        uncached = beam_search(model, src, BOS, EOS, K, ALPHA, 8, use_cache=False, return_scores=True)
+        assert cached[0] == uncached[0]
+        torch.testing.assert_close(cached[1], uncached[1])
+
+
+@pytest.mark.parametrize("kind,seed", MODELS)
+def test_batched_equals_one_by_one(kind, seed):
+    model = make(kind, seed)
+    src = random_src(seed, 6, 7, model.cfg.vocab_size)
+    for K in (1, 4):
+        together = beam_search(model, src, BOS, EOS, K, ALPHA, max_len_offset=5)
+        alone = [beam_search(model, row[row != PAD][None], BOS, EOS, K, ALPHA, max_len_offset=5)[0] for row in src]
+        assert together == alone
+    lengths = {len(h) for h in together}
+    if kind == "hash":
+        assert len(lengths) > 2  # the batch's sentences finish at different steps
+
+
+def test_max_length_respected():
+    model = tiny_model(0)  # this model likes long repetitive outputs
+    rows = [[3, 4, 5, 6, 3, 4, 5], [4, 4, 6], [6]]
+    src = torch.tensor([r + [PAD] * (7 - len(r)) for r in rows])
+    for offset in (0, 2, 5):
+        for K in (1, 4):
+            out = beam_search(model, src, BOS, EOS, K, ALPHA, max_len_offset=offset)
+            for r, hyp in zip(rows, out):
+                assert len(hyp) <= len(r) + offset
+                assert all(t in CONTENT for t in hyp)
+            assert any(len(hyp) == len(r) + offset for r, hyp in zip(rows, out))
+    out = beam_search(model, src, BOS, EOS, 4, ALPHA, max_len_offset=50, max_len=2)
+    assert max(len(h) for h in out) == 2
+    zero = beam_search(model, src, BOS, EOS, 4, ALPHA, max_len_offset=0, max_len=0)
+    assert zero == [[], [], []]
+    # The model's positions cap the length as well (BOS takes position 0).
+    short = tiny_model(0, max_positions=6)
+    out = beam_search(short, src[:, :3], BOS, EOS, 4, ALPHA, max_len_offset=50)
+    assert max(len(h) for h in out) == 5 and all(len(h) <= 5 for h in out)
+
+
+@pytest.mark.parametrize("kind,seed", MODELS)
+@torch.no_grad()
+def test_greedy_equals_argmax_loop(kind, seed):
+    model = make(kind, seed)
+    src = random_src(seed, 5, 5, model.cfg.vocab_size)
+    offset = 4
+    out = greedy_search(model, src, BOS, EOS, max_len_offset=offset)
+    for row, hyp in zip(src, out):
+        row = row[row != PAD]
+        prefix = [BOS]
+        while len(prefix) - 1 < len(row) + offset:
+            logits = model(row[None], torch.tensor([prefix]))[0, -1]
+            logits[[PAD, BOS]] = float("-inf")
+            token = int(logits.argmax())
+            if token == EOS:
+                break
+            prefix.append(token)
+        assert hyp == prefix[1:]
+
+
+def test_restores_training_mode():
+    model = tiny_model(0)
+    model.train()
+    src = torch.tensor([[3, 4, 5]])
+    a = beam_search(model, src, BOS, EOS, 4, ALPHA, 3)
+    assert model.training
+    assert a == beam_search(model.eval(), src, BOS, EOS, 4, ALPHA, 3)
+
+
+def test_bad_arguments():
+    model = HashLM(0)
+    with pytest.raises(ValueError):
+        beam_search(model, torch.tensor([[3]]), BOS, EOS, 0)
+    with pytest.raises(ValueError):
+        beam_search(model, torch.tensor([[3]]), BOS, EOS, 4, stop="never")
+    assert beam_search(model, torch.empty(0, 3, dtype=torch.long), BOS, EOS) == []
