@@ -57,7 +57,7 @@ from typing import Iterator, Optional
 
 __all__ = ["GENERATOR_VERSION", "generate_pairs", "write_corpus"]
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SRC_LANG, TGT_LANG = "en", "de"
 MIN_WORDS, MAX_WORDS = 2, 40
 SPLITS = ("train", "valid", "test")
@@ -228,7 +228,7 @@ class _Lexicon:
         self.s_taken: set[str] = set(_S_FUNCTION)
         self.t_taken: set[str] = set(_T_FUNCTION)
         self._rng = rng
-        classes = {"person": 36, "animal": 36, "food": 36, "thing": 64, "place": 32}
+        classes = {"person": 12, "animal": 12, "food": 12, "thing": 20, "place": 10}
         self.nouns: dict[str, list[_Noun]] = {c: [self._noun(c) for _ in range(k)] for c, k in classes.items()}
         # ambiguous source nouns: one source word, two senses of different coarse classes
         for c1, c2 in (("animal", "thing"), ("animal", "thing"), ("food", "thing"), ("food", "thing"),
@@ -242,7 +242,7 @@ class _Lexicon:
         self.compounds: dict[str, list[_Noun]] = {"food": [], "thing": [], "place": []}
         mods = [n for c in ("food", "thing", "place", "animal") for n in self.nouns[c] if not n.amb]
         seen = set()
-        while sum(map(len, self.compounds.values())) < 150:
+        while sum(map(len, self.compounds.values())) < 40:
             head_cls = rng.choice(("thing", "thing", "place", "food"))
             head = rng.choice([n for n in self.nouns[head_cls] if not n.amb])
             mod = rng.choice(mods)
@@ -252,11 +252,11 @@ class _Lexicon:
             self.compounds[head_cls].append(self._compound(mod, head))
         # verbs
         self.verbs: dict[str, list[_Verb]] = {"intr": [], "tr": [], "ditr": [], "clause": []}
-        for _ in range(18):
+        for _ in range(8):
             self.verbs["intr"].append(self._verb("intr"))
-        for _ in range(10):
+        for _ in range(4):
             self.verbs["intr"].append(self._verb("intr", motion=True))
-        for obj, k in (("anim", 14), ("food", 8), ("thing", 14), ("place", 6)):
+        for obj, k in (("anim", 6), ("food", 4), ("thing", 6), ("place", 3)):
             for _ in range(k):
                 self.verbs["tr"].append(self._verb("tr", obj=obj))
         for o1, o2 in (("food", "thing"), ("food", "thing"), ("anim", "thing"), ("anim", "thing"),
@@ -265,14 +265,14 @@ class _Lexicon:
             b = self._verb("tr", obj=o2, s_stem=a.s)
             a.amb = b.amb = True
             self.verbs["tr"] += [a, b]
-        for _ in range(6):
+        for _ in range(3):
             self.verbs["ditr"].append(self._verb("ditr", obj="ft"))
-        for _ in range(6):
+        for _ in range(3):
             self.verbs["clause"].append(self._verb("clause"))
         # adjectives: for any noun, animate only, inanimate only, ambiguous (two translations)
         self.adjs_anim: list[_Adj] = []
         self.adjs_inan: list[_Adj] = []
-        for kind, k in (("any", 24), ("anim", 14), ("inan", 14), ("amb", 8)):
+        for kind, k in (("any", 10), ("anim", 5), ("inan", 5), ("amb", 4)):
             for _ in range(k):
                 a = _Adj()
                 a.s = self._s_word(rng.choice((1, 2, 2)))
@@ -283,8 +283,8 @@ class _Lexicon:
                     self.adjs_anim.append(a)
                 if a.inan:
                     self.adjs_inan.append(a)
-        self.time_advs = [_Adv(self._s_word(2), self._t_word(2)) for _ in range(10)]
-        self.manner_advs = [_Adv(self._s_word(rng.choice((1, 2))) + "li", self._t_word(1) + "lik") for _ in range(10)]
+        self.time_advs = [_Adv(self._s_word(2), self._t_word(2)) for _ in range(5)]
+        self.manner_advs = [_Adv(self._s_word(rng.choice((1, 2))) + "li", self._t_word(1) + "lik") for _ in range(5)]
         # pools the generator samples nouns from: (base nouns, compounds); multi-class pools hold no
         # ambiguous nouns, so the slot always determines which sense an ambiguous source noun has
         n = self.nouns

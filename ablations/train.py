@@ -116,6 +116,7 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
     callbacks: list = [periodic]
     if progress:
         callbacks.append(StepProgress(train_cfg.max_steps))
+    loggers = make_loggers(run_dir, config, meta, attempt)
     trainer = pl.Trainer(
         accelerator="auto", devices=1, max_steps=train_cfg.max_steps, max_epochs=-1,
         max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
@@ -123,9 +124,9 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         check_val_every_n_epoch=None, num_sanity_val_steps=0,
         accumulate_grad_batches=train_cfg.accumulate_grad_batches,
         gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
-        deterministic=True, use_distributed_sampler=False, logger=make_loggers(run_dir, config, meta, attempt),
+        deterministic=True, use_distributed_sampler=False, logger=loggers,
         callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
-        default_root_dir=str(run_dir), log_every_n_steps=10,
+        default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
     )
     last = checkpoints / "last.ckpt"
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if last.exists() else None)
@@ -138,8 +139,14 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
             module.load_state_dict(average_checkpoints(paths))
             averaged = len(paths)
     module.bleu_limit = None
-    trainer.validate(module, datamodule=data, verbose=False)
-    trainer.test(module, datamodule=data, verbose=False)
+    # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
+    evaluator = pl.Trainer(
+        accelerator="auto", devices=1, precision=train_cfg.precision, deterministic=True, use_distributed_sampler=False,
+        logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    )
+    evaluator.validate(module, datamodule=data, verbose=False)
+    evaluator.test(module, datamodule=data, verbose=False)
     dev, test = module.results["dev"], module.results["test"]
     write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
     write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
