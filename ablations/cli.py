@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 
@@ -67,19 +68,57 @@ def resolve_run(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
+    from .launch import pin_cpus_from_env, train_lock
+
+    pin_cpus_from_env()  # before torch starts its threads: the cores `ablate sweep` gave this run
     config, meta = resolve_run(args)
     if args.print_config:
         print(yaml.safe_dump({"run_id": config.run_id(), "meta": meta, "config": config.to_dict()}, sort_keys=False), end="")
         return 0
     from .records import run_folder
-    from .train import train_run
 
-    run_dir = run_folder(args.out, meta, config)
+    run_dir = Path(args.run_dir) if args.run_dir else run_folder(args.out, meta, config)
     print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
-    metrics = train_run(config, run_dir, meta)
+    with train_lock(run_dir):  # one trainer per run folder, whoever started it
+        from .train import train_run
+
+        metrics = train_run(config, run_dir, meta, progress=sys.stderr.isatty())
     keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
+
+
+def parse_id_list(text: str, flag: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{flag} {text!r}: expected a comma-separated list")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{flag} {text!r}: an item appears twice")
+    return items
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .launch import run_sweep
+    from .sweep import parse_sets
+
+    sets = parse_sets(args.set or [])
+    if args.data:
+        sets["data.path"] = args.data
+    rows = parse_id_list(args.rows, "--rows") if args.rows else None
+    seeds = None
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise ValueError(f"--seeds {args.seeds}: expected a positive number of seeds (0..N-1)")
+        seeds = list(range(args.seeds))
+    elif args.seed_list:
+        try:
+            seeds = [int(s) for s in parse_id_list(args.seed_list, "--seed-list")]
+        except ValueError as error:
+            raise ValueError(f"--seed-list {args.seed_list!r}: expected integers like 0,1 ({error})") from None
+        if any(s < 0 for s in seeds):
+            raise ValueError(f"--seed-list {args.seed_list!r}: seeds are non-negative")
+    return run_sweep(args.sweep, args.scale, rows=rows, seeds=seeds, workers=args.workers, out=args.out, sets=sets,
+                     dry_run=args.dry_run, retry_failed=args.retry_failed)
 
 
 def cmd_average(args: argparse.Namespace) -> int:
@@ -115,14 +154,38 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set positional=none --set train.max_steps=500")
     train.add_argument("--seed", type=int, help="random seed (default: the sweep's first)")
     train.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
+    train.add_argument("--run-dir", help="train into exactly this folder instead of one under --out (used by `ablate sweep`)")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     train.set_defaults(handler=cmd_train)
+
+    sweep = sub.add_parser(
+        "sweep", help="train a sweep's rows x seeds on this machine, K runs at a time (skips finished runs)",
+        description="Train every run of a sweep at a scale, each in a process of its own, K at a time. Finished runs are "
+        "skipped, interrupted ones resume from their last checkpoint; a lock per run folder keeps two sweeps on the same "
+        "--out from training the same run. Exit code 0 only when every selected run ends done.",
+    )
+    sweep.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
+    sweep.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (scales.yaml beside the sweep)")
+    sweep.add_argument("--rows", help="comma-separated row ids, e.g. A1,B2 (default: all rows)")
+    seeds = sweep.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
+    seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
+    sweep.add_argument("--workers", type=int, metavar="K", help="runs at a time (default: one per GPU, else 1); each gets cores // K")
+    sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
+    sweep.add_argument("--set", action="append", metavar="KEY=VALUE", help="override for every run, e.g. --set train.max_steps=500")
+    sweep.add_argument("--data", help="corpus directory (sets data.path)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
+    sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
+    sweep.set_defaults(handler=cmd_sweep)
 
     average = sub.add_parser("average", help="average the last k periodic checkpoints of a run")
     average.add_argument("checkpoints", help="a run's checkpoints/ folder")
     average.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)")
     average.add_argument("--output", required=True, help="file to write the averaged weights to")
     average.set_defaults(handler=cmd_average)
+    from .tables import add_table_parser
+
+    add_table_parser(sub)
     return parser
 
 

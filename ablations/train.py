@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import platform
+import subprocess
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,6 +27,7 @@ from .records import read_metrics, update_metrics, write_atomic, write_config
 
 DEFAULT_CACHE = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "attention-ablations"))
 log = logging.getLogger("ablate")
+LOG_TAIL_LINES = 40
 
 
 def cache_dir(config: RunConfig) -> Path:
@@ -76,6 +80,24 @@ class StepProgress(pl.callbacks.ProgressBar):
             self.bar = None
 
 
+def hardware() -> dict[str, Any]:
+    """What ran the run, for table headers: device, CPU model, threads, and the code's commit."""
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        cpu_model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "cpu_model": cpu_model, "torch_threads": torch.get_num_threads(), "commit": commit,
+        "torch_version": torch.__version__,
+    }
+
+
 def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt: int) -> list:
     # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows.
     loggers: list = [CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}")]
@@ -96,72 +118,82 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
     attempt = int(previous.get("attempts", 0)) + 1
     write_config(run_dir, config, meta)
     started = time.time()
-    update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started)
+    cleared = {key: None for key in ("reason", "log_tail") if previous.get(key) is not None}  # an earlier failure's
+    update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started, **cleared)
 
-    pl.seed_everything(config.seed, workers=True, verbose=False)
-    data = TranslationDataModule(
-        config.data, corpus_dir=corpus_directory(config), seed=config.seed, max_positions=config.model.max_positions,
-        eval_max_sentences=config.eval.batch_sentences,
-    )
-    data.prepare_data()
-    data.setup("fit")
-    module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID)
-    checkpoints = run_dir / "checkpoints"
-    train_cfg = config.train
-    periodic = ModelCheckpoint(
-        dirpath=checkpoints, filename="step-{step:07d}", auto_insert_metric_name=False,
-        every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
-        monitor="step", mode="max", save_last=True,
-    )
-    callbacks: list = [periodic]
-    if progress:
-        callbacks.append(StepProgress(train_cfg.max_steps))
-    loggers = make_loggers(run_dir, config, meta, attempt)
-    trainer = pl.Trainer(
-        accelerator="auto", devices=1, max_steps=train_cfg.max_steps, max_epochs=-1,
-        max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
-        val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
-        check_val_every_n_epoch=None, num_sanity_val_steps=0,
-        accumulate_grad_batches=train_cfg.accumulate_grad_batches,
-        gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
-        deterministic=True, use_distributed_sampler=False, logger=loggers,
-        callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
-        default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
-    )
-    last = checkpoints / "last.ckpt"
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if last.exists() else None)
-    train_seconds = module.train_seconds
+    try:
+        pl.seed_everything(config.seed, workers=True, verbose=False)
+        data = TranslationDataModule(
+            config.data, corpus_dir=corpus_directory(config), seed=config.seed, max_positions=config.model.max_positions,
+            eval_max_sentences=config.eval.batch_sentences,
+        )
+        data.prepare_data()
+        data.setup("fit")
+        module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID)
+        checkpoints = run_dir / "checkpoints"
+        train_cfg = config.train
+        periodic = ModelCheckpoint(
+            dirpath=checkpoints, filename="step-{step:07d}", auto_insert_metric_name=False,
+            every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
+            monitor="step", mode="max", save_last=True,
+        )
+        callbacks: list = [periodic]
+        if progress:
+            callbacks.append(StepProgress(train_cfg.max_steps))
+        loggers = make_loggers(run_dir, config, meta, attempt)
+        trainer = pl.Trainer(
+            accelerator="auto", devices=1, max_steps=train_cfg.max_steps, max_epochs=-1,
+            max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
+            val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
+            check_val_every_n_epoch=None, num_sanity_val_steps=0,
+            accumulate_grad_batches=train_cfg.accumulate_grad_batches,
+            gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
+            deterministic=True, use_distributed_sampler=False, logger=loggers,
+            callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
+            default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
+        )
+        last = checkpoints / "last.ckpt"
+        trainer.fit(module, datamodule=data, ckpt_path=str(last) if last.exists() else None)
+        train_seconds = module.train_seconds
 
-    averaged = 0
-    if config.eval.average_last > 1:
-        paths = step_checkpoints(checkpoints)[-config.eval.average_last :]
-        if len(paths) > 1:
-            module.load_state_dict(average_checkpoints(paths))
-            averaged = len(paths)
-    module.bleu_limit = None
-    # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
-    evaluator = pl.Trainer(
-        accelerator="auto", devices=1, precision=train_cfg.precision, deterministic=True, use_distributed_sampler=False,
-        logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-    )
-    evaluator.validate(module, datamodule=data, verbose=False)
-    evaluator.test(module, datamodule=data, verbose=False)
-    dev, test = module.results["dev"], module.results["test"]
-    write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
-    write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
-    wall = time.time() - started
-    metrics = {
-        "dev_loss": dev["loss"], "dev_ppl": dev["ppl"],
-        "dev_bleu": dev.get("bleu"), "dev_bleu_tok": dev.get("bleu_tok"), "dev_chrf": dev.get("chrf"),
-        "test_loss": test["loss"], "test_ppl": test["ppl"],
-        "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"), "test_chrf": test.get("chrf"),
-        "sacrebleu_signature": test.get("sacrebleu_signature"), "bleu_tok_signature": test.get("bleu_tok_signature"),
-        "params": module.params, "steps": trainer.global_step, "train_tokens": module.train_tokens,
-        "train_seconds": train_seconds, "wall_seconds": wall,
-        "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
-        "averaged_checkpoints": averaged, "seed": config.seed,
-        "status": "done" if math.isfinite(dev["loss"]) else "diverged",
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-    }
-    return update_metrics(run_dir, **metrics)
+        averaged = 0
+        if config.eval.average_last > 1:
+            paths = step_checkpoints(checkpoints)[-config.eval.average_last :]
+            if len(paths) > 1:
+                module.load_state_dict(average_checkpoints(paths))
+                averaged = len(paths)
+        module.bleu_limit = None
+        # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
+        evaluator = pl.Trainer(
+            accelerator="auto", devices=1, precision=train_cfg.precision, deterministic=True, use_distributed_sampler=False,
+            logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
+            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        )
+        evaluator.validate(module, datamodule=data, verbose=False)
+        evaluator.test(module, datamodule=data, verbose=False)
+        dev, test = module.results["dev"], module.results["test"]
+        write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
+        write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
+        wall = time.time() - started
+        metrics = {
+            "dev_loss": dev["loss"], "dev_ppl": dev["ppl"],
+            "dev_bleu": dev.get("bleu"), "dev_bleu_tok": dev.get("bleu_tok"), "dev_chrf": dev.get("chrf"),
+            "test_loss": test["loss"], "test_ppl": test["ppl"],
+            "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"), "test_chrf": test.get("chrf"),
+            "sacrebleu_signature": test.get("sacrebleu_signature"), "bleu_tok_signature": test.get("bleu_tok_signature"),
+            "params": module.params, "steps": trainer.global_step, "train_tokens": module.train_tokens,
+            "train_seconds": train_seconds, "wall_seconds": wall,
+            "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
+            "averaged_checkpoints": averaged, "seed": config.seed,
+            "status": "done" if math.isfinite(dev["loss"]) else "diverged",
+            **hardware(),
+        }
+        return update_metrics(run_dir, **metrics)
+    except Exception as error:
+        # Record why before re-raising, so the folder says `failed` rather than a `running` nobody runs.
+        try:
+            update_metrics(run_dir, status="failed", reason=f"{type(error).__name__}: {error}",
+                           log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())
+        except Exception:  # e.g. a full disk: the original error matters more
+            log.exception("could not record the failure of %s", run_dir)
+        raise

@@ -1,0 +1,657 @@
+"""`ablate sweep`: run a sweep's runs on this machine, K at a time, each in a process of its own.
+
+A sweep expands (purely) into runs; each run has a folder named by its config hash (records.run_folder).
+The launcher reads each folder's status and:
+
+* skips `done` runs, and `failed` / `diverged` ones unless asked to retry them;
+* resumes a `running` run whose process is gone (train_run continues from `checkpoints/last.ckpt`);
+* takes an exclusive, non-blocking `flock` on `<run>/.lock` before starting a run, and hands that lock to the
+  training process (an inherited descriptor), so the lock is held as long as either of them lives. Two sweep
+  processes on the same output folder therefore never train the same run at once; a run whose lock is held
+  elsewhere is skipped and reported as running elsewhere. `ablate train` takes the same lock.
+* starts `python -m ablations.cli train --config <run>/config.yaml --run-dir <run>` (an argv list), with
+  `OMP_NUM_THREADS` / `MKL_NUM_THREADS` = cores // K, its own share of the cores (`ABLATE_CPUS`, applied by
+  `ablate train` with `os.sched_setaffinity`), and one GPU per slot when CUDA is there; output appends to
+  `<run>/train.log`;
+* records a run whose process exits without a `done` / `diverged` record as `failed`, with the reason and
+  the tail of its log, and carries on with the others;
+* on Ctrl-C or SIGTERM stops its training processes (SIGTERM, then SIGKILL after a grace period); they are
+  left `running` with no process, i.e. stale, and resume the next time the sweep is launched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from .records import CONFIG_FILE, read_metrics, run_folder, update_metrics, write_config
+from .sweep import RunSpec, expand, load_sweep, scales_for
+
+LOCK_FILE = ".lock"
+LOG_FILE = "train.log"
+LOG_TAIL_LINES = 40
+GRACE_SECONDS = 30.0  # how long stopped training processes get to exit before SIGKILL
+POLL_SECONDS = 0.2
+LOCKED_ENV = "ABLATE_RUN_LOCKED"  # set by the launcher: the training process already holds its run's lock
+CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1": the cores `ablate train` pins itself to
+FINISHED = ("done", "failed", "diverged")
+
+
+# --------------------------------------------------------------------------------------------------
+# Locks
+# --------------------------------------------------------------------------------------------------
+
+
+class RunLock:
+    """An exclusive, non-blocking `flock` on `<run>/.lock`.
+
+    The lock belongs to the open file description: a child given the descriptor (`pass_fds`) keeps it held
+    after the launcher closes its copy or dies, and the kernel drops it when the last holder exits.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self.fd: Optional[int] = None
+
+    def acquire(self, tries: int = 3, wait: float = 0.1) -> bool:
+        """Try a few times (a `--dry-run` may be probing the lock at this instant); False if held elsewhere."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        for attempt in range(tries):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if attempt + 1 < tries:
+                    time.sleep(wait)
+                continue
+            self.fd = fd
+            return True
+        os.close(fd)
+        return False
+
+    def note(self, text: str) -> None:
+        """Say who holds the lock (read by whoever finds it held)."""
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, text.encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def lock_holder(run_dir: Path) -> Optional[str]:
+    """None if nobody holds the run's lock; else what the holder wrote into it (may be empty)."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 200, 0).decode(errors="replace").strip()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def folder_status(run_dir: Path) -> str:
+    """pending | running | stale (recorded running, no process) | done | failed | diverged."""
+    record = read_metrics(run_dir) or {}
+    status = record.get("status", "pending")
+    if status in FINISHED:
+        return status
+    if lock_holder(run_dir) is not None:
+        return "running"
+    return "stale" if status == "running" else "pending"
+
+
+def pin_cpus_from_env() -> None:
+    """`ablate train` under the launcher: keep to the cores named in ABLATE_CPUS (Linux only)."""
+    spec = os.environ.get(CPUS_ENV, "").strip()
+    if not spec or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        os.sched_setaffinity(0, {int(c) for c in spec.split(",") if c.strip()})
+    except (ValueError, OSError) as error:
+        print(f"ablate train: warning: cannot pin to cores {spec!r} ({error}); using all", file=sys.stderr)
+
+
+def train_lock(run_dir: Path) -> RunLock:
+    """The lock `ablate train` holds on its run folder; already held when the launcher started it."""
+    lock = RunLock(run_dir)
+    if os.environ.get(LOCKED_ENV) == str(Path(run_dir).absolute()):
+        return lock  # inherited from the launcher; nothing to take
+    if not lock.acquire():
+        holder = lock_holder(run_dir) or "another process"
+        raise ValueError(f"{run_dir} is being trained elsewhere ({holder}); its lock {lock.path} is held")
+    lock.note(f"ablate train pid {os.getpid()} on {socket.gethostname()}\n")
+    return lock
+
+
+# --------------------------------------------------------------------------------------------------
+# Plan
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    spec: RunSpec
+    dir: Path
+    meta: dict[str, Any]
+    state: str = "pending"  # pending | running | done | failed | diverged | elsewhere | stopped
+    note: str = ""
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    slot: Optional["Slot"] = None
+    process: Optional[subprocess.Popen] = None
+    lock: Optional[RunLock] = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.row}-s{self.spec.seed}"
+
+    @property
+    def elapsed(self) -> Optional[float]:
+        if self.started is None:
+            return None
+        return (self.ended or time.time()) - self.started
+
+
+def plan(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
+         sets: Optional[dict[str, Any]] = None, out: str | Path = "runs") -> list[Run]:
+    """The sweep's runs (row order, then seed order) with their folders; touches no file."""
+    sweep = load_sweep(sweep_path)
+    scales = scales_for(sweep_path)
+    if scale not in scales:
+        raise ValueError(f"--scale {scale!r}: unknown; scales: {', '.join(scales)}")
+    runs = []
+    for spec in expand(sweep, scales[scale], seeds=seeds, rows=rows, sets=sets or {}):
+        meta = {"sweep": spec.sweep, "row": spec.row, "group": spec.group, "scale": spec.scale, "run_id": spec.run_id}
+        runs.append(Run(spec, run_folder(Path(out), meta, spec.config).absolute(), meta))
+    return runs
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    cores: tuple[int, ...]
+    threads: int
+    gpu: Optional[str]
+
+
+def available_cores() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries; [] without CUDA."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken CUDA install must not stop CPU sweeps
+        count = 0
+    if not count:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [d.strip() for d in visible.split(",") if d.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Optional[Sequence[str]] = None) -> list[Slot]:
+    """K slots, each with cores // K cores of its own (at least one; shared when K > cores) and a GPU round-robin.
+
+    An OMP_NUM_THREADS set in the launcher's environment caps the threads per run.
+    """
+    cores = list(available_cores() if cores is None else cores)
+    gpus = list(visible_gpus() if gpus is None else gpus)
+    share = max(1, len(cores) // workers)
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
+    slots = []
+    for i in range(workers):
+        own = cores[i * share:(i + 1) * share] if workers <= len(cores) else [cores[i % len(cores)]]
+        slots.append(Slot(i, tuple(own), threads, gpus[i % len(gpus)] if gpus else None))
+    return slots
+
+
+def default_workers() -> int:
+    return max(1, len(visible_gpus()))
+
+
+def train_command(config_path: Path, run_dir: Path) -> list[str]:
+    """The training process of one run (an argv list: no shell)."""
+    return [sys.executable, "-m", "ablations.cli", "train", "--config", str(config_path), "--run-dir", str(run_dir)]
+
+
+def child_env(slot: Slot, run_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(slot.threads)
+    if sys.platform.startswith("linux"):
+        env[CPUS_ENV] = ",".join(str(c) for c in slot.cores)
+    if slot.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    env.setdefault("WANDB_MODE", "offline")
+    env["PYTHONUNBUFFERED"] = "1"
+    env[LOCKED_ENV] = str(run_dir)
+    return env
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 64 * 1024))
+            text = handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    rows = [row.rstrip() for row in text.replace("\r", "\n").split("\n")]
+    return [row for row in rows if row.strip()][-lines:]
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Dry run
+# --------------------------------------------------------------------------------------------------
+
+
+def human(value: float, unit: str = "") -> str:
+    for factor, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}{unit}"
+    return f"{value:.3g}{unit}"
+
+
+def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
+    """(parameters, training tokens per side, approximate training FLOPs = 6 x parameters x tokens)."""
+    from .params import model_parameters
+
+    model = run.spec.config.model
+    if model not in cache:
+        cache[model] = model_parameters(model)
+    params = cache[model]
+    train = run.spec.config.train
+    tokens = train.max_steps * run.spec.config.data.batch_tokens * train.accumulate_grad_batches
+    return params, tokens, 6.0 * params * tokens
+
+
+def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    first = runs[0].spec if runs else None
+    title = f"{first.sweep} at scale {first.scale}: {len(runs)} runs under {out}" if first else "no runs"
+    table = Table(title=title)
+    for column in ("row", "seed", "run id", "status", "params", "tokens", "FLOPs"):
+        table.add_column(column, justify="left" if column in ("row", "run id", "status") else "right", no_wrap=True)
+    cache: dict = {}
+    todo_flops = total_flops = 0.0
+    counts: dict[str, int] = {}
+    for run in runs:
+        status = folder_status(run.dir)
+        counts[status] = counts.get(status, 0) + 1
+        params, tokens, flops = estimates(run, cache)
+        total_flops += flops
+        if status != "done":
+            todo_flops += flops
+        table.add_row(run.spec.row, str(run.spec.seed), run.spec.run_id, status, human(params), human(tokens), f"{flops:.2e}")
+    console.print(table)
+    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
+                  f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (6 × params × tokens)")
+    if slots:
+        slot = slots[0]
+        gpus = sorted({s.gpu for s in slots if s.gpu is not None})
+        console.print(f"{len(slots)} worker(s), {slot.threads} thread(s) and {len(slot.cores)} core(s) each"
+                      + (f", GPUs {','.join(gpus)}" if gpus else ", no GPU"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Status view
+# --------------------------------------------------------------------------------------------------
+
+
+def duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+
+
+class View:
+    """A live rich table on a terminal; one line per state change otherwise (logs, CI, pipes)."""
+
+    def __init__(self, launcher: "Launcher", live: Optional[bool] = None, console: Any = None) -> None:
+        self.launcher = launcher
+        self.live_mode = sys.stdout.isatty() if live is None else live
+        self.console = console
+        self.live = None
+
+    def __enter__(self) -> "View":
+        if self.live_mode:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.console = self.console or Console()
+            self.live = Live(self.render(), console=self.console, refresh_per_second=2, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.update(self.render())
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def summary(self) -> str:
+        counts = self.launcher.counts()
+        text = " · ".join(f"{counts[s]} {s}" for s in ("done", "running", "failed", "diverged", "pending", "elsewhere", "stopped") if counts.get(s))
+        eta = self.launcher.eta()
+        return f"{text} · ETA {duration(eta)}" if eta is not None else text
+
+    def render(self):
+        from rich.table import Table
+
+        launcher = self.launcher
+        table = Table(title=f"ablate sweep {launcher.name}: {self.summary()}", title_justify="left")
+        for column in ("run", "run id", "state", "elapsed", "slot", "note"):
+            table.add_column(column, no_wrap=column != "note")
+        shown = [r for r in launcher.runs if r.state == "running"]
+        shown += [r for r in launcher.runs if r.state in ("failed", "diverged", "elsewhere", "stopped")]
+        shown += [r for r in launcher.runs if r.state == "done" and r.started is not None][-5:]
+        for run in shown:
+            slot = "" if run.slot is None else f"{run.slot.index}" + (f" gpu {run.slot.gpu}" if run.slot.gpu is not None else "")
+            table.add_row(run.label, run.spec.run_id, run.state, duration(run.elapsed), slot, run.note)
+        return table
+
+    def event(self, run: Run, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        line = f"[{stamp}] {run.label} ({run.spec.run_id}) {text}"
+        if self.live is not None:
+            self.console.print(line, markup=False, highlight=False)
+            self.live.update(self.render())
+        else:
+            print(f"{line} | {self.summary()}", flush=True)
+
+    def refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self.render())
+
+
+# --------------------------------------------------------------------------------------------------
+# Launcher
+# --------------------------------------------------------------------------------------------------
+
+
+class Launcher:
+    def __init__(self, runs: list[Run], slots: list[Slot], retry_failed: bool = False, live: Optional[bool] = None,
+                 grace: float = GRACE_SECONDS) -> None:
+        self.runs = runs
+        self.slots = slots
+        self.retry_failed = retry_failed
+        self.grace = grace
+        self.name = f"{runs[0].spec.sweep} at {runs[0].spec.scale}" if runs else ""
+        self.view = View(self, live)
+        self.signals: list[int] = []
+        self.durations: list[float] = []
+        self.launched = 0
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.state] = counts.get(run.state, 0) + 1
+        return counts
+
+    def eta(self) -> Optional[float]:
+        """Mean duration of the runs finished here x runs left / workers."""
+        if not self.durations:
+            return None
+        left = sum(1 for r in self.runs if r.state in ("pending", "running"))
+        return sum(self.durations) / len(self.durations) * left / len(self.slots)
+
+    def _wants(self, status: str) -> bool:
+        """Whether a run with this folder status is to be trained."""
+        return status in ("pending", "stale", "running") or (self.retry_failed and status in ("failed", "diverged"))
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+
+    # -- one run -----------------------------------------------------------------------------------
+
+    def _prepare(self, run: Run) -> None:
+        """Write config.yaml and a `pending` record for a run that has none, under its lock."""
+        if (run.dir / CONFIG_FILE).exists() and read_metrics(run.dir) is not None:
+            return
+        with RunLock(run.dir) as lock:
+            if lock.acquire(tries=1):
+                if not (run.dir / CONFIG_FILE).exists():
+                    write_config(run.dir, run.spec.config, run.meta)
+                if read_metrics(run.dir) is None:
+                    update_metrics(run.dir, status="pending", run_id=run.spec.run_id, seed=run.spec.seed)
+
+    def _start(self, run: Run, slot: Slot) -> bool:
+        """Lock, re-check and start a run; False (and a reported state) when it is not to be trained."""
+        lock = RunLock(run.dir)
+        if not lock.acquire():
+            run.state, run.note = "elsewhere", f"lock held: {lock_holder(run.dir) or 'another process'}"
+            self.view.event(run, f"skipped: running elsewhere ({run.note})")
+            return False
+        # Re-read under the lock: another sweep may have finished it meanwhile. We hold the lock, so a run
+        # recorded `running` has no process: stale.
+        status = (read_metrics(run.dir) or {}).get("status", "pending")
+        status = "stale" if status == "running" else status
+        if not self._wants(status):
+            lock.release()
+            run.state = status
+            run.note = "finished elsewhere" if status == "done" else (read_metrics(run.dir) or {}).get("reason") or ""
+            self.view.event(run, f"skipped: {status}")
+            return False
+        write_config(run.dir, run.spec.config, run.meta)
+        # A fresh attempt: clear what an earlier failure recorded (train_run then records `running`).
+        record = read_metrics(run.dir) or {}
+        cleared = {key: None for key in ("reason", "log_tail", "exit") if record.get(key) is not None}
+        update_metrics(run.dir, status="pending", run_id=run.spec.run_id, seed=run.spec.seed, **cleared)
+        argv = train_command(run.dir / CONFIG_FILE, run.dir)
+        with open(run.dir / LOG_FILE, "ab") as log:
+            log.write(f"\n=== ablate sweep {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} slot {slot.index} "
+                      f"cores {','.join(map(str, slot.cores))} gpu {slot.gpu}: {shlex.join(argv)}\n".encode())
+            log.flush()
+            try:
+                process = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child_env(slot, run.dir),
+                    start_new_session=True, pass_fds=(lock.fd,),
+                )
+            except OSError as error:
+                lock.release()
+                self._record_failure(run, f"could not start: {error}", None)
+                self.view.event(run, f"failed: {run.note}")
+                return False
+        lock.note(f"ablate sweep pid {os.getpid()}, train pid {process.pid} on {socket.gethostname()}\n")
+        run.process, run.lock, run.slot = process, lock, slot
+        run.started, run.ended, run.state = time.time(), None, "running"
+        run.note = "resumed" if status == "stale" else ("retry" if status in ("failed", "diverged") else "")
+        self.launched += 1
+        self.view.event(run, f"started on slot {slot.index} (cores {','.join(map(str, slot.cores))}"
+                             + (f", gpu {slot.gpu})" if slot.gpu is not None else ")") + (f" [{run.note}]" if run.note else ""))
+        return True
+
+    def _record_failure(self, run: Run, reason: str, code: Optional[int]) -> None:
+        record = read_metrics(run.dir) or {}
+        values: dict[str, Any] = {"status": "failed", "exit": reason, "failed_at": time.time()}
+        if record.get("status") == "failed" and record.get("reason"):
+            values["reason"] = f"{record['reason']} ({reason})"  # the exception train_run recorded
+        else:
+            values["reason"] = reason
+        if not (record.get("status") == "failed" and record.get("log_tail")):
+            values["log_tail"] = log_tail(run.dir / LOG_FILE)
+        update_metrics(run.dir, **values)
+        run.state, run.note = "failed", values["reason"]
+
+    def _finish(self, run: Run, code: int) -> None:
+        run.ended = time.time()
+        record = read_metrics(run.dir) or {}
+        status = record.get("status")
+        if status in ("done", "diverged"):
+            run.state = status
+            run.note = "" if status == "done" else "dev loss not finite"
+            self.durations.append(run.ended - run.started)
+        else:
+            self._record_failure(run, describe_exit(code) if code else f"exit code 0 with status {status!r}", code)
+        if run.lock is not None:
+            run.lock.release()
+        self.view.event(run, f"{run.state} after {duration(run.elapsed)}" + (f": {run.note}" if run.state == "failed" else ""))
+
+    def _stop(self) -> None:
+        """Stop every training process (SIGTERM to its process group, SIGKILL after the grace period)."""
+        active = [r for r in self.runs if r.state == "running" and r.process is not None]
+        first = len(self.signals)
+        for run in active:
+            _signal_group(run.process, signal.SIGTERM)
+        deadline = time.time() + self.grace
+        while any(r.process.poll() is None for r in active):
+            if time.time() > deadline or len(self.signals) > first:  # out of time, or a second Ctrl-C
+                for run in active:
+                    if run.process.poll() is None:
+                        _signal_group(run.process, signal.SIGKILL)
+                break
+            time.sleep(0.1)
+        for run in active:
+            run.process.wait()
+            run.ended = time.time()
+            run.state, run.note = "stopped", "resumes next time"
+            if run.lock is not None:
+                run.lock.release()
+            self.view.event(run, "stopped; it resumes from its last checkpoint next time")
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        queue: deque[Run] = deque()
+        for run in self.runs:
+            status = folder_status(run.dir)
+            if self._wants(status):
+                queue.append(run)
+            else:
+                run.state = status
+        for run in queue:
+            self._prepare(run)
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handlers[signum] = signal.signal(signum, self._on_signal)
+        free = list(self.slots)
+        try:
+            with self.view:
+                skipped = [r for r in self.runs if r.state in FINISHED]
+                if skipped:
+                    print(f"skipping {len(skipped)} finished run(s): "
+                          + ", ".join(f"{s} {sum(r.state == s for r in skipped)}" for s in FINISHED if any(r.state == s for r in skipped))
+                          + ("" if self.retry_failed else " (--retry-failed reruns failed/diverged)"), flush=True)
+                while (queue or len(free) < len(self.slots)) and not self.signals:
+                    while queue and free and not self.signals:
+                        if self._start(queue[0], free[0]):
+                            free.pop(0)
+                        queue.popleft()
+                    for run in self.runs:
+                        if run.state == "running" and run.process is not None:
+                            code = run.process.poll()
+                            if code is not None:
+                                self._finish(run, code)
+                                free.append(run.slot)
+                                free.sort(key=lambda s: s.index)
+                    self.view.refresh()
+                    time.sleep(POLL_SECONDS)
+                if self.signals:
+                    self._stop()
+        except BaseException:  # the launcher itself broke: do not leave training processes behind unwatched
+            self._stop()
+            raise
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            for run in self.runs:
+                if run.lock is not None:
+                    run.lock.release()
+        return self._report()
+
+    def _report(self) -> int:
+        final = {run.label: folder_status(run.dir) for run in self.runs}
+        counts: dict[str, int] = {}
+        for status in final.values():
+            counts[status] = counts.get(status, 0) + 1
+        print(f"sweep {self.name}: {len(self.runs)} runs, {self.launched} launched here; "
+              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
+        for run in self.runs:
+            status = final[run.label]
+            if status in ("failed", "diverged"):
+                reason = (read_metrics(run.dir) or {}).get("reason") or ""
+                print(f"  {status}: {run.label} ({run.spec.run_id}) {reason} — log: {run.dir / LOG_FILE}", flush=True)
+            elif status in ("running", "stale", "pending") and run.state == "elsewhere":
+                print(f"  running elsewhere: {run.label} ({run.spec.run_id}) {run.note}", flush=True)
+        if self.signals:
+            return 128 + self.signals[0]
+        return 0 if all(s == "done" for s in final.values()) else 1
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)  # the run's process group: the trainer and anything it started
+    except (ProcessLookupError, PermissionError):
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def run_sweep(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
+              workers: Optional[int] = None, out: str | Path = "runs", sets: Optional[dict[str, Any]] = None,
+              dry_run: bool = False, retry_failed: bool = False, live: Optional[bool] = None,
+              grace: float = GRACE_SECONDS) -> int:
+    """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped."""
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: expected a positive integer")
+    runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
+    slots = make_slots(workers or default_workers())
+    if dry_run:
+        print_plan(runs, Path(out), slots)
+        return 0
+    return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace).run()

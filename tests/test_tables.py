@@ -1,0 +1,229 @@
+"""`ablate table`: tables built from fake run records (no training), their layout, statistics and bytes."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from ablations.records import run_folder, write_atomic, write_config, write_json
+from ablations.sweep import RunSpec, expand, load_sweep, scales_for
+from ablations.tables import add_table_parser, build_table, escape_tex, paired_bootstrap_p, write_table
+
+SWEEP = """\
+name: mini
+description: "Mini sweep: 100% test_rows & #1"
+seeds: [0, 1]
+base: {N: 2, d_model: 32, d_ff: 64, h: 4, d_k: 8, d_v: 8, P_drop: 0.1, eps_ls: 0.1, positional: sinusoidal, train_steps: 1000}
+rows:
+  - {id: base, group: base, overrides: {}, paper: {ppl: 4.92, bleu: 25.8, params_m: 65}}
+  - {id: A1, group: A, overrides: {h: 1, d_k: 32, d_v: 32}, paper: {ppl: 5.29, bleu: 24.9, params_m: null}}
+  - {id: A2, group: A, overrides: {h: 2, d_k: 16, d_v: 16}, paper: {ppl: 5.00, bleu: 25.5}}
+  - {id: C_1, group: C, overrides: {N: 1}, paper: {ppl: 6.11, bleu: 23.7, params_m: 36}}
+  - {id: D1, group: D, overrides: {P_drop: 0.0}, paper: {ppl: 5.77, bleu: 24.6}}
+"""
+SCALES = """\
+tiny:
+  description: "test preset"
+  width_divisor: 2
+  steps_scale: 0.1
+  settings: {{data.dataset: dir, data.path: "{corpus}", data.vocab_size: 100, data.batch_tokens: 256,
+              data.max_tokens: 64, model.max_positions: 64}}
+"""
+WORDS = "der die das haus katze hund sieht einen grossen kleinen roten baum im garten und wald".split()
+REFERENCES = [" ".join(WORDS[(7 * i + 3 * j) % len(WORDS)] for j in range(8)) for i in range(60)]
+GOOD = REFERENCES
+BAD = [" ".join(line.split()[:3]) for line in REFERENCES]
+
+
+def write_corpus(directory: Path) -> None:
+    for split in ("train", "valid", "test"):
+        write_atomic(directory / f"{split}.en", "".join(f"sentence {i}\n" for i in range(len(REFERENCES))))
+        write_atomic(directory / f"{split}.de", "".join(line + "\n" for line in REFERENCES))
+
+
+def write_run(runs: Path, spec: RunSpec, status: str, hypotheses: Optional[list[str]] = None, **metrics) -> Path:
+    meta = {"sweep": spec.sweep, "row": spec.row, "group": spec.group, "scale": spec.scale, "run_id": spec.run_id}
+    folder = run_folder(runs, meta, spec.config)
+    write_config(folder, spec.config, meta)
+    write_json(folder / "metrics.json", {"status": status, "seed": spec.seed, **metrics})
+    write_atomic(folder / "logs" / "attempt-1" / "metrics.csv", "step,train/loss\n10,5.0\n")
+    (folder / "checkpoints").mkdir()
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    if hypotheses is not None:
+        write_atomic(folder / "dev.hyp", "\n".join(hypotheses) + "\n")
+        write_atomic(folder / "test.hyp", "\n".join(hypotheses) + "\n")
+    return folder
+
+
+def done(bleu: float, ppl: float) -> dict:
+    return {"dev_bleu": bleu, "dev_bleu_tok": bleu + 1, "dev_ppl": ppl, "params": 1_234_567, "steps": 100,
+            "train_tokens_per_second": 5000.0, "wall_seconds": 90.0, "device": "cpu",
+            "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A sweep, its scales and a corpus in tmp_path, and runs of every kind: done, running, failed, missing."""
+    write_corpus(tmp_path / "corpus")
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "mini.yaml").write_text(SWEEP, encoding="utf-8")
+    (tmp_path / "sweeps" / "scales.yaml").write_text(SCALES.format(corpus=tmp_path / "corpus"), encoding="utf-8")
+    sweep = load_sweep(tmp_path / "sweeps" / "mini.yaml")
+    specs = {(s.row, s.seed): s for s in expand(sweep, scales_for(sweep.path)["tiny"])}
+    runs = tmp_path / "runs"
+    write_run(runs, specs["base", 0], "done", BAD, **done(20.0, 5.0))
+    write_run(runs, specs["base", 1], "done", BAD, **done(22.0, 5.4))
+    write_run(runs, specs["A1", 0], "done", GOOD, **done(24.0, 4.5))
+    write_run(runs, specs["A1", 1], "done", GOOD, **done(25.0, 4.7))
+    write_run(runs, specs["A2", 0], "done", BAD, **done(20.0, 5.2))
+    write_run(runs, specs["A2", 1], "running")
+    write_run(runs, specs["C_1", 0], "failed", error="boom")
+    return tmp_path
+
+
+def make(project: Path, out: str = "results"):
+    table = build_table(project / "sweeps" / "mini.yaml", "tiny", runs=project / "runs", out=project / out)
+    return table, write_table(table, project / out)
+
+
+def markdown_rows(text: str) -> dict[str, dict[str, str]]:
+    """Row id -> {column label: cell} of the Markdown table."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    labels = [cell.strip() for cell in lines[0].strip("|").split(" | ")]
+    rows = [dict(zip(labels, (cell.strip() for cell in line[2:-2].split(" | ")))) for line in lines[1:]]
+    return {row["row"]: row for row in rows}
+
+
+def test_rows_in_sweep_order_with_blank_cells_where_equal_to_base(project):
+    table, _ = make(project)
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert list(rows) == ["base", "A1", "A2", "C_1", "D1"]
+    assert [rows[r][""] for r in rows] == ["base", "A", "", "C", "D"]  # the group names its first row
+    base, a1, c1 = rows["base"], rows["A1"], rows["C_1"]
+    assert [base[k] for k in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "positional", "train steps")] == \
+        ["2", "32", "64", "4", "8", "8", "0.1", "0.1", "sinusoidal", "1K"]  # paper units, not the scale's halved widths
+    assert [a1[k] for k in ("N", "d_model", "h", "d_k", "d_v", "P_drop", "positional", "train steps")] == ["", "", "1", "32", "32", "", "", ""]
+    assert (c1["N"], c1["h"], c1["d_k"]) == ("1", "", "")
+    assert table.extra_columns == ()
+
+
+def test_mean_std_and_deltas_against_base(project):
+    table, _ = make(project)
+    base, a1, a2 = table.rows[0], table.rows[1], table.rows[2]
+    assert base.stats["dev_bleu"].mean == pytest.approx(21.0)
+    assert base.stats["dev_bleu"].std == pytest.approx(math.sqrt(2))
+    assert a2.stats["dev_bleu"].std is None and a2.stats["dev_bleu"].n == 1
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert (rows["base"]["BLEU (dev)"], rows["base"]["PPL (dev)"]) == ("21.0 ± 1.4", "5.20 ± 0.28")
+    assert (rows["A1"]["BLEU (dev)"], rows["A1"]["BLEU tok (dev)"]) == ("24.5 ± 0.7", "25.5 ± 0.7")
+    assert (rows["A1"]["Δ BLEU"], rows["A1"]["Δ PPL"]) == ("+3.5", "-0.60")
+    assert (rows["A1"]["paper Δ BLEU"], rows["A1"]["paper Δ PPL"]) == ("-0.9", "+0.37")
+    assert (rows["A2"]["BLEU (dev)"], rows["A2"]["Δ BLEU"], rows["A2"]["seeds"]) == ("20.0", "-1.0", "1/2 (s1 running)")
+    assert (rows["base"]["Δ BLEU"], rows["base"]["paper Δ BLEU"], rows["base"]["p vs base"]) == ("", "", "")
+    assert (rows["base"]["paper params (M)"], rows["A1"]["paper params (M)"], rows["base"]["params (M)"]) == ("65", "", "1.2")
+    assert (rows["base"]["steps"], rows["base"]["tokens/s"], rows["base"]["wall (min)"]) == ("100", "5000", "1.5")
+
+
+def test_missing_and_failed_runs_are_named_never_zero(project):
+    table, _ = make(project)
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert (rows["C_1"]["BLEU (dev)"], rows["C_1"]["seeds"]) == ("failed/missing", "0/2 (s0 failed, s1 missing)")
+    assert (rows["D1"]["PPL (dev)"], rows["D1"]["seeds"]) == ("missing", "0/2 (s0 missing, s1 missing)")
+    assert rows["D1"]["Δ BLEU"] == rows["D1"]["params (M)"] == rows["D1"]["steps"] == ""
+    csv_rows = (project / "results" / "mini_tiny.csv").read_text(encoding="utf-8").splitlines()
+    header, c1 = csv_rows[0].split(","), dict(zip(csv_rows[0].split(","), csv_rows[4].split(",")))
+    assert header[:3] == ["group", "row", "N"] and c1["row"] == "C_1"
+    assert (c1["status"], c1["dev_bleu"], c1["seeds_done"], c1["N"], c1["h"]) == ("failed/missing", "", "0", "1", "4")
+    assert dict(table.header)["Runs"] == "5 done, 1 failed, 3 missing, 1 running"
+
+
+def test_paired_bootstrap_p_value():
+    assert paired_bootstrap_p(BAD, GOOD, REFERENCES) < 0.01
+    assert paired_bootstrap_p(GOOD, GOOD, REFERENCES) == 1.0
+    assert paired_bootstrap_p(GOOD, BAD, REFERENCES) < 0.01
+
+
+def test_significance_column_uses_the_dev_references(project):
+    make(project)
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert rows["A1"]["p vs base"] == "0.001 (s0)"
+    assert rows["A2"]["p vs base"] == "1.000 (s0)"  # the same hypotheses as base's
+    assert rows["C_1"]["p vs base"] == ""
+
+
+def test_without_references_the_p_column_is_blank_and_a_note_says_why(project):
+    shutil.rmtree(project / "corpus")
+    table, _ = make(project)
+    assert all(r.significance.p_value is None for r in table.rows)
+    assert any(note.startswith("p is blank for A1, A2: the dev references are not available") for note in table.notes)
+
+
+def test_records_are_published_and_the_table_rebuilds_from_results_alone(project):
+    (running,) = (project / "runs" / "mini" / "tiny").glob("A2-s1-*")
+    shutil.rmtree(running)  # a running run is not published: rebuilt without runs/, it would read as missing
+    table, paths = make(project)
+    assert [p.name for p in paths] == ["mini_tiny.md", "mini_tiny.csv", "mini_tiny.tex"]
+    first = {p.name: p.read_bytes() for p in paths}
+    published = project / "results" / "records" / "mini_tiny"
+    folders = sorted(p.name for p in published.iterdir() if p.is_dir())
+    assert [f.split("-")[0] for f in folders] == ["A1", "A1", "A2", "C_1", "base", "base"]  # done and failed runs
+    record = published / folders[0]
+    assert sorted(p.name for p in record.iterdir()) == ["config.yaml", "curves-attempt-1.csv", "dev.hyp", "metrics.json", "test.hyp"]
+    assert (published / "dev.ref").read_text(encoding="utf-8").splitlines() == REFERENCES
+    inode = (record / "dev.hyp").stat().st_ino
+
+    _, again = make(project)
+    assert {p.name: p.read_bytes() for p in again} == first
+    assert (record / "dev.hyp").stat().st_ino == inode  # identical records are not rewritten
+
+    shutil.rmtree(project / "runs")
+    shutil.rmtree(project / "corpus")
+    _, rebuilt = make(project)
+    assert {p.name: p.read_bytes() for p in rebuilt} == first
+
+
+def test_header_states_provenance(project):
+    make(project)
+    text = (project / "results" / "mini_tiny.md").read_text(encoding="utf-8")
+    assert "- **Scale**: tiny: test preset; widths ÷ 2, steps × 0.1" in text
+    assert "- **Data**: dir (corpus), vocabulary 100" in text
+    assert "- **Hardware**: cpu (CPU model not recorded)" in text
+    assert "- **Code commit**: unknown" in text
+    assert r"nrefs:1\|case:mixed" in text
+
+
+def test_latex_is_booktabs_and_escaped(project):
+    assert escape_tex("a_b 50% R&D #1 {x} ~ ^") == r"a\_b 50\% R\&D \#1 \{x\} \textasciitilde{} \textasciicircum{}"
+    make(project)
+    tex = (project / "results" / "mini_tiny.tex").read_text(encoding="utf-8")
+    for command in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"\end{table}"):
+        assert command in tex
+    assert r"Mini sweep: 100\% test\_rows \& \#1" in tex
+    assert "\nC & C\\_1 & 1 & " in tex
+    assert "21.0 $\\pm$ 1.4" in tex and "±" not in tex
+
+
+def test_extra_columns_for_fields_that_vary(project):
+    sweep = project / "sweeps" / "mini.yaml"
+    sweep.write_text(SWEEP + "  - {id: N1, group: N, overrides: {norm_placement: pre}}\n", encoding="utf-8")
+    table, _ = make(project)
+    assert table.extra_columns == ("model.norm_placement",)
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert (rows["base"]["norm_placement"], rows["A1"]["norm_placement"], rows["N1"]["norm_placement"]) == ("post", "", "pre")
+
+
+def test_command_line(project, capsys):
+    parser = argparse.ArgumentParser()
+    add_table_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["table", str(project / "sweeps" / "mini.yaml"), "--scale", "tiny",
+                              "--runs", str(project / "runs"), "--out", str(project / "out")])
+    assert args.handler(args) == 0
+    assert (project / "out" / "mini_tiny.tex").is_file()
+    assert "5 done" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="unknown; scales: tiny"):
+        build_table(project / "sweeps" / "mini.yaml", "huge", runs=project / "runs", out=project / "out")
