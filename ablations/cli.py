@@ -75,14 +75,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(yaml.safe_dump({"run_id": config.run_id(), "meta": meta, "config": config.to_dict()}, sort_keys=False), end="")
         return 0
+    if args.devices < 1:
+        raise ValueError(f"--devices {args.devices}: expected a positive integer")
     from .records import run_folder
+    from .train import is_rank_zero, train_run
 
     run_dir = Path(args.run_dir) if args.run_dir else run_folder(args.out, meta, config)
+    if not is_rank_zero():  # a DDP rank >= 1 that Lightning started: rank 0 holds the lock and writes the records
+        train_run(config, run_dir, meta, progress=False, devices=args.devices, accelerator=args.accelerator)
+        return 0
     print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
     with train_lock(run_dir):  # one trainer per run folder, whoever started it
-        from .train import train_run
-
-        metrics = train_run(config, run_dir, meta, progress=sys.stderr.isatty())
+        metrics = train_run(config, run_dir, meta, progress=sys.stderr.isatty(), devices=args.devices, accelerator=args.accelerator)
     keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
@@ -117,8 +121,50 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise ValueError(f"--seed-list {args.seed_list!r}: expected integers like 0,1 ({error})") from None
         if any(s < 0 for s in seeds):
             raise ValueError(f"--seed-list {args.seed_list!r}: seeds are non-negative")
+    if args.gpus_per_run is not None and args.gpus_per_run < 1:
+        raise ValueError(f"--gpus-per-run {args.gpus_per_run}: expected a positive integer")
+    slurm = slurm_options(args)
     return run_sweep(args.sweep, args.scale, rows=rows, seeds=seeds, workers=args.workers, out=args.out, sets=sets,
-                     dry_run=args.dry_run, retry_failed=args.retry_failed)
+                     dry_run=args.dry_run, retry_failed=args.retry_failed, gpus_per_run=args.gpus_per_run or 1, slurm=slurm,
+                     wait=args.wait)
+
+
+SLURM_FLAGS = ("slurm_partition", "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_array_parallelism",
+               "slurm_cluster", "wait")
+
+
+def slurm_options(args: argparse.Namespace):
+    """The SlurmOptions of `ablate sweep --launcher slurm ...`; None for the local launcher."""
+    if args.launcher != "slurm":
+        given = ["--" + flag.replace("_", "-") for flag in SLURM_FLAGS if getattr(args, flag) not in (None, False)]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only with --launcher slurm (the local launcher always waits)")
+        return None
+    from .launch import SlurmOptions
+
+    if args.workers is not None:
+        raise ValueError("--workers is for the local launcher; with --launcher slurm use --slurm-array-parallelism")
+    gpus = args.gpus_per_run or 1
+    if args.slurm_gpus_per_node is not None:
+        if args.slurm_gpus_per_node < 0:
+            raise ValueError(f"--slurm-gpus-per-node {args.slurm_gpus_per_node}: expected 0 or more")
+        if args.gpus_per_run is not None and args.slurm_gpus_per_node != gpus:
+            raise ValueError(f"--slurm-gpus-per-node {args.slurm_gpus_per_node} and --gpus-per-run {gpus} disagree: "
+                             "each run is one job with its GPUs on one node")
+        gpus = args.slurm_gpus_per_node
+    for flag, value in (("--slurm-time", args.slurm_time), ("--slurm-cpus-per-task", args.slurm_cpus_per_task),
+                        ("--slurm-array-parallelism", args.slurm_array_parallelism)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} {value}: expected a positive integer")
+    return SlurmOptions(partition=args.slurm_partition, time_min=args.slurm_time or SlurmOptions.time_min, gpus_per_run=gpus,
+                        cpus_per_task=args.slurm_cpus_per_task, array_parallelism=args.slurm_array_parallelism,
+                        cluster=args.slurm_cluster)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from .sync import sync_runs
+
+    return sync_runs(args.runs_dir, timeout=args.timeout, dry_run=args.dry_run)
 
 
 def cmd_average(args: argparse.Namespace) -> int:
@@ -156,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
     train.add_argument("--run-dir", help="train into exactly this folder instead of one under --out (used by `ablate sweep`)")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument("--devices", type=int, default=1, metavar="G",
+                       help="DDP ranks (GPUs, or CPU processes with --accelerator cpu); global batch = G x data.batch_tokens")
+    train.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu", "cuda"), help="Lightning accelerator (default: auto)")
     train.set_defaults(handler=cmd_train)
 
     sweep = sub.add_parser(
@@ -176,7 +225,28 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--data", help="corpus directory (sets data.path)")
     sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
     sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
+    sweep.add_argument("--gpus-per-run", type=int, metavar="G",
+                       help="GPUs per run (default 1), trained with DDP when G > 1 (without CUDA: G CPU processes); global batch = G x data.batch_tokens")
+    sweep.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                       help="local: train here, K at a time (default); slurm: submit one job array through submitit and return")
+    slurm = sweep.add_argument_group("SLURM (--launcher slurm)")
+    slurm.add_argument("--slurm-partition", metavar="P", help="partition to submit to")
+    slurm.add_argument("--slurm-time", type=int, metavar="MIN", help="time limit per run in minutes (default: 1440); "
+                       "a run reaching it is requeued (up to 3 times) and resumes from its last checkpoint")
+    slurm.add_argument("--slurm-gpus-per-node", type=int, metavar="G", help="GPUs per job (default: --gpus-per-run; 0: CPU-only jobs)")
+    slurm.add_argument("--slurm-cpus-per-task", type=int, metavar="C", help="CPUs per task (one task per GPU)")
+    slurm.add_argument("--slurm-array-parallelism", type=int, metavar="K", help="runs of the array running at once")
+    slurm.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # submitit cluster: "local" runs the jobs here (tests)
+    slurm.add_argument("--wait", action="store_true", help="wait for the jobs and report like the local launcher")
     sweep.set_defaults(handler=cmd_sweep)
+
+    sync = sub.add_parser("sync", help="upload offline wandb runs of run folders (wandb sync), skipping synced ones",
+                          description="Find <run>/wandb/offline-run-* under RUNS_DIR and upload each with `wandb sync`. Runs "
+                          "already synced (wandb's .synced marker) are skipped. Fails fast when no wandb server answers.")
+    sync.add_argument("runs_dir", nargs="?", default="runs", metavar="RUNS_DIR", help="root of run folders (default: runs/)")
+    sync.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per run before giving up (default: 120)")
+    sync.add_argument("--dry-run", action="store_true", help="list what would be synced")
+    sync.set_defaults(handler=cmd_sync)
 
     average = sub.add_parser("average", help="average the last k periodic checkpoints of a run")
     average.add_argument("checkpoints", help="a run's checkpoints/ folder")
@@ -186,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .tables import add_table_parser
 
     add_table_parser(sub)
+    from .search import add_search_parser
+
+    add_search_parser(sub)
     return parser
 
 

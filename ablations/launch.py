@@ -17,6 +17,14 @@ The launcher reads each folder's status and:
   the tail of its log, and carries on with the others;
 * on Ctrl-C or SIGTERM stops its training processes (SIGTERM, then SIGKILL after a grace period); they are
   left `running` with no process, i.e. stale, and resume the next time the sweep is launched.
+
+`--gpus-per-run G` (G > 1): each slot gets G GPUs (CUDA_VISIBLE_DEVICES "0,1") and the run trains with Lightning
+DDP over them (`ablate train --devices G`); without CUDA, G CPU processes over gloo.
+
+`--launcher slurm` (`submit_sweep`): the same selection (`select` / `claim`: skip finished runs and runs locked or
+queued elsewhere, reset failed ones on --retry-failed) but the runs are submitted as one submitit job array, one
+task per run, each running `TrainJob` (train_run in-process, taking the run's lock itself when it starts); the
+launcher prints the job ids and returns, or with --wait waits and reports as above.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ GRACE_SECONDS = 30.0  # how long stopped training processes get to exit before S
 POLL_SECONDS = 0.2
 LOCKED_ENV = "ABLATE_RUN_LOCKED"  # set by the launcher: the training process already holds its run's lock
 CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1": the cores `ablate train` pins itself to
+REQUEUE_ENV = "ABLATE_REQUEUE"  # "submitit": train_run leaves requeueing to submitit (no Lightning auto-requeue)
 FINISHED = ("done", "failed", "diverged")
 
 
@@ -200,7 +209,8 @@ class Slot:
     index: int
     cores: tuple[int, ...]
     threads: int
-    gpu: Optional[str]
+    gpu: Optional[str]  # CUDA_VISIBLE_DEVICES of the slot's run: "0", or "0,1" with --gpus-per-run 2
+    devices: int = 1  # processes (DDP ranks) per run: --gpus-per-run
 
 
 def available_cores() -> list[int]:
@@ -225,30 +235,48 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Optional[Sequence[str]] = None) -> list[Slot]:
-    """K slots, each with cores // K cores of its own (at least one; shared when K > cores) and a GPU round-robin.
+def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Optional[Sequence[str]] = None,
+               gpus_per_run: int = 1) -> list[Slot]:
+    """K slots, each with cores // K cores of its own (at least one; shared when K > cores) and G GPUs.
 
-    An OMP_NUM_THREADS set in the launcher's environment caps the threads per run.
+    With G > 1 (`--gpus-per-run`) a slot's GPUs are a group of G (`"0,1"`), groups dealt round-robin; without CUDA
+    the run uses G CPU processes (DDP over gloo) and each gets the slot's threads // G. An OMP_NUM_THREADS set in
+    the launcher's environment caps the threads per run.
     """
+    if gpus_per_run < 1:
+        raise ValueError(f"--gpus-per-run {gpus_per_run}: expected a positive integer")
     cores = list(available_cores() if cores is None else cores)
     gpus = list(visible_gpus() if gpus is None else gpus)
+    if gpus and len(gpus) < gpus_per_run:
+        raise ValueError(f"--gpus-per-run {gpus_per_run}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
+    groups = [",".join(gpus[g * gpus_per_run:(g + 1) * gpus_per_run]) for g in range(len(gpus) // gpus_per_run)]
     share = max(1, len(cores) // workers)
     cap = os.environ.get("OMP_NUM_THREADS", "").strip()
     threads = min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
+    if not groups:  # G CPU processes share the slot's cores
+        threads = max(1, threads // gpus_per_run)
     slots = []
     for i in range(workers):
         own = cores[i * share:(i + 1) * share] if workers <= len(cores) else [cores[i % len(cores)]]
-        slots.append(Slot(i, tuple(own), threads, gpus[i % len(gpus)] if gpus else None))
+        slots.append(Slot(i, tuple(own), threads, groups[i % len(groups)] if groups else None, gpus_per_run))
     return slots
 
 
-def default_workers() -> int:
-    return max(1, len(visible_gpus()))
+def default_workers(gpus_per_run: int = 1) -> int:
+    return max(1, len(visible_gpus()) // gpus_per_run)
 
 
 def train_command(config_path: Path, run_dir: Path) -> list[str]:
     """The training process of one run (an argv list: no shell)."""
     return [sys.executable, "-m", "ablations.cli", "train", "--config", str(config_path), "--run-dir", str(run_dir)]
+
+
+def slot_command(slot: Slot, config_path: Path, run_dir: Path) -> list[str]:
+    """train_command, asking for the slot's G devices (Lightning DDP inside the run) when G > 1."""
+    argv = train_command(config_path, run_dir)
+    if slot.devices > 1:
+        argv += ["--devices", str(slot.devices)] + ([] if slot.gpu is not None else ["--accelerator", "cpu"])
+    return argv
 
 
 def child_env(slot: Slot, run_dir: Path) -> dict[str, str]:
@@ -416,6 +444,96 @@ class View:
 
 
 # --------------------------------------------------------------------------------------------------
+# Run selection, shared by the local launcher and the SLURM one
+# --------------------------------------------------------------------------------------------------
+
+
+def wants(status: str, retry_failed: bool = False) -> bool:
+    """Whether a run with this folder status is to be trained."""
+    return status in ("pending", "stale", "running") or (retry_failed and status in ("failed", "diverged"))
+
+
+def select(runs: list[Run], retry_failed: bool = False) -> list[Run]:
+    """The runs to train, in order, each with config.yaml and a record; the others get their folder status as state."""
+    todo = []
+    for run in runs:
+        status = folder_status(run.dir)
+        if wants(status, retry_failed):
+            todo.append(run)
+        else:
+            run.state = status
+    for run in todo:
+        prepare(run)
+    return todo
+
+
+def prepare(run: Run) -> None:
+    """Write config.yaml and a `pending` record for a run that has none, under its lock."""
+    if (run.dir / CONFIG_FILE).exists() and read_metrics(run.dir) is not None:
+        return
+    with RunLock(run.dir) as lock:
+        if lock.acquire(tries=1):
+            if not (run.dir / CONFIG_FILE).exists():
+                write_config(run.dir, run.spec.config, run.meta)
+            if read_metrics(run.dir) is None:
+                update_metrics(run.dir, status="pending", run_id=run.spec.run_id, seed=run.spec.seed)
+
+
+def claim(run: Run, retry_failed: bool = False, **record: Any) -> Optional[RunLock]:
+    """Lock a run, re-check it under the lock and reset it for a fresh attempt; the held lock, or None.
+
+    None when the lock is held elsewhere (state `elsewhere`) or the run finished meanwhile (its status as state);
+    `run.note` then says why. On success `run.note` is "resumed" / "retry" / "", and the record is `pending`
+    with an earlier failure's reason cleared (train_run then records `running`), plus `record`.
+    """
+    lock = RunLock(run.dir)
+    if not lock.acquire():
+        run.state, run.note = "elsewhere", f"lock held: {lock_holder(run.dir) or 'another process'}"
+        return None
+    # Re-read under the lock: another sweep may have finished it meanwhile. We hold the lock, so a run
+    # recorded `running` has no process: stale.
+    previous = read_metrics(run.dir) or {}
+    status = previous.get("status", "pending")
+    status = "stale" if status == "running" else status
+    if not wants(status, retry_failed):
+        lock.release()
+        run.state = status
+        run.note = "finished elsewhere" if status == "done" else previous.get("reason") or ""
+        return None
+    write_config(run.dir, run.spec.config, run.meta)
+    cleared = {key: None for key in ("reason", "log_tail", "exit") if previous.get(key) is not None}
+    update_metrics(run.dir, status="pending", run_id=run.spec.run_id, seed=run.spec.seed, **cleared, **record)
+    run.note = "resumed" if status == "stale" else ("retry" if status in ("failed", "diverged") else "")
+    return lock
+
+
+def print_skipped(runs: list[Run], retry_failed: bool) -> None:
+    skipped = [r for r in runs if r.state in FINISHED]
+    if skipped:
+        print(f"skipping {len(skipped)} finished run(s): "
+              + ", ".join(f"{s} {sum(r.state == s for r in skipped)}" for s in FINISHED if any(r.state == s for r in skipped))
+              + ("" if retry_failed else " (--retry-failed reruns failed/diverged)"), flush=True)
+
+
+def report(runs: list[Run], name: str, launched: int, where: str = "here") -> int:
+    """Print the sweep's outcome from the run folders; 0 when every run is done, else 1."""
+    final = {run.label: folder_status(run.dir) for run in runs}
+    counts: dict[str, int] = {}
+    for status in final.values():
+        counts[status] = counts.get(status, 0) + 1
+    print(f"sweep {name}: {len(runs)} runs, {launched} launched {where}; "
+          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
+    for run in runs:
+        status = final[run.label]
+        if status in ("failed", "diverged"):
+            reason = (read_metrics(run.dir) or {}).get("reason") or ""
+            print(f"  {status}: {run.label} ({run.spec.run_id}) {reason} — log: {run.dir / LOG_FILE}", flush=True)
+        elif status in ("running", "stale", "pending") and run.state == "elsewhere":
+            print(f"  running elsewhere: {run.label} ({run.spec.run_id}) {run.note}", flush=True)
+    return 0 if all(s == "done" for s in final.values()) else 1
+
+
+# --------------------------------------------------------------------------------------------------
 # Launcher
 # --------------------------------------------------------------------------------------------------
 
@@ -448,49 +566,18 @@ class Launcher:
         left = sum(1 for r in self.runs if r.state in ("pending", "running"))
         return sum(self.durations) / len(self.durations) * left / len(self.slots)
 
-    def _wants(self, status: str) -> bool:
-        """Whether a run with this folder status is to be trained."""
-        return status in ("pending", "stale", "running") or (self.retry_failed and status in ("failed", "diverged"))
-
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signals.append(signum)
 
     # -- one run -----------------------------------------------------------------------------------
 
-    def _prepare(self, run: Run) -> None:
-        """Write config.yaml and a `pending` record for a run that has none, under its lock."""
-        if (run.dir / CONFIG_FILE).exists() and read_metrics(run.dir) is not None:
-            return
-        with RunLock(run.dir) as lock:
-            if lock.acquire(tries=1):
-                if not (run.dir / CONFIG_FILE).exists():
-                    write_config(run.dir, run.spec.config, run.meta)
-                if read_metrics(run.dir) is None:
-                    update_metrics(run.dir, status="pending", run_id=run.spec.run_id, seed=run.spec.seed)
-
     def _start(self, run: Run, slot: Slot) -> bool:
         """Lock, re-check and start a run; False (and a reported state) when it is not to be trained."""
-        lock = RunLock(run.dir)
-        if not lock.acquire():
-            run.state, run.note = "elsewhere", f"lock held: {lock_holder(run.dir) or 'another process'}"
-            self.view.event(run, f"skipped: running elsewhere ({run.note})")
+        lock = claim(run, self.retry_failed)
+        if lock is None:
+            self.view.event(run, f"skipped: running elsewhere ({run.note})" if run.state == "elsewhere" else f"skipped: {run.state}")
             return False
-        # Re-read under the lock: another sweep may have finished it meanwhile. We hold the lock, so a run
-        # recorded `running` has no process: stale.
-        status = (read_metrics(run.dir) or {}).get("status", "pending")
-        status = "stale" if status == "running" else status
-        if not self._wants(status):
-            lock.release()
-            run.state = status
-            run.note = "finished elsewhere" if status == "done" else (read_metrics(run.dir) or {}).get("reason") or ""
-            self.view.event(run, f"skipped: {status}")
-            return False
-        write_config(run.dir, run.spec.config, run.meta)
-        # A fresh attempt: clear what an earlier failure recorded (train_run then records `running`).
-        record = read_metrics(run.dir) or {}
-        cleared = {key: None for key in ("reason", "log_tail", "exit") if record.get(key) is not None}
-        update_metrics(run.dir, status="pending", run_id=run.spec.run_id, seed=run.spec.seed, **cleared)
-        argv = train_command(run.dir / CONFIG_FILE, run.dir)
+        argv = slot_command(slot, run.dir / CONFIG_FILE, run.dir)
         with open(run.dir / LOG_FILE, "ab") as log:
             log.write(f"\n=== ablate sweep {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} slot {slot.index} "
                       f"cores {','.join(map(str, slot.cores))} gpu {slot.gpu}: {shlex.join(argv)}\n".encode())
@@ -508,7 +595,6 @@ class Launcher:
         lock.note(f"ablate sweep pid {os.getpid()}, train pid {process.pid} on {socket.gethostname()}\n")
         run.process, run.lock, run.slot = process, lock, slot
         run.started, run.ended, run.state = time.time(), None, "running"
-        run.note = "resumed" if status == "stale" else ("retry" if status in ("failed", "diverged") else "")
         self.launched += 1
         self.view.event(run, f"started on slot {slot.index} (cores {','.join(map(str, slot.cores))}"
                              + (f", gpu {slot.gpu})" if slot.gpu is not None else ")") + (f" [{run.note}]" if run.note else ""))
@@ -565,15 +651,7 @@ class Launcher:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        queue: deque[Run] = deque()
-        for run in self.runs:
-            status = folder_status(run.dir)
-            if self._wants(status):
-                queue.append(run)
-            else:
-                run.state = status
-        for run in queue:
-            self._prepare(run)
+        queue: deque[Run] = deque(select(self.runs, self.retry_failed))
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -581,11 +659,7 @@ class Launcher:
         free = list(self.slots)
         try:
             with self.view:
-                skipped = [r for r in self.runs if r.state in FINISHED]
-                if skipped:
-                    print(f"skipping {len(skipped)} finished run(s): "
-                          + ", ".join(f"{s} {sum(r.state == s for r in skipped)}" for s in FINISHED if any(r.state == s for r in skipped))
-                          + ("" if self.retry_failed else " (--retry-failed reruns failed/diverged)"), flush=True)
+                print_skipped(self.runs, self.retry_failed)
                 while (queue or len(free) < len(self.slots)) and not self.signals:
                     while queue and free and not self.signals:
                         if self._start(queue[0], free[0]):
@@ -614,22 +688,8 @@ class Launcher:
         return self._report()
 
     def _report(self) -> int:
-        final = {run.label: folder_status(run.dir) for run in self.runs}
-        counts: dict[str, int] = {}
-        for status in final.values():
-            counts[status] = counts.get(status, 0) + 1
-        print(f"sweep {self.name}: {len(self.runs)} runs, {self.launched} launched here; "
-              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
-        for run in self.runs:
-            status = final[run.label]
-            if status in ("failed", "diverged"):
-                reason = (read_metrics(run.dir) or {}).get("reason") or ""
-                print(f"  {status}: {run.label} ({run.spec.run_id}) {reason} — log: {run.dir / LOG_FILE}", flush=True)
-            elif status in ("running", "stale", "pending") and run.state == "elsewhere":
-                print(f"  running elsewhere: {run.label} ({run.spec.run_id}) {run.note}", flush=True)
-        if self.signals:
-            return 128 + self.signals[0]
-        return 0 if all(s == "done" for s in final.values()) else 1
+        code = report(self.runs, self.name, self.launched)
+        return 128 + self.signals[0] if self.signals else code
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
@@ -642,15 +702,192 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
             pass
 
 
+# --------------------------------------------------------------------------------------------------
+# SLURM (through submitit): one job array, one task per run
+# --------------------------------------------------------------------------------------------------
+
+SUBMITIT_FOLDER = ".submitit"
+ALIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    partition: Optional[str] = None
+    time_min: int = 24 * 60
+    gpus_per_run: int = 1  # GPUs (and DDP ranks: SLURM tasks) per run; 0 for a CPU-only job with one rank
+    cpus_per_task: Optional[int] = None
+    array_parallelism: Optional[int] = None
+    signal_delay_s: int = 120  # the warning signal (USR2) before the time limit: time to stop and requeue
+    cluster: Optional[str] = None  # submitit's cluster: None = slurm; "local" runs the jobs on this machine (tests)
+
+
+class TrainJob:
+    """What each array task runs: `train_run` of one run folder, in-process, with `devices` DDP ranks.
+
+    With G > 1 the job has G SLURM tasks, each calling this; Lightning's SLURMEnvironment gives each its rank and
+    only rank 0 takes the run's lock and writes records. The task re-checks the run under its lock, as the local
+    launcher does, since the run may have been trained or started elsewhere while the job was queued.
+
+    Requeue: submitit sends USR2 `signal_delay_s` before the time limit (and on preemption); it then calls
+    `checkpoint`, whose resubmission trains the same folder again, which resumes from `checkpoints/last.ckpt`.
+    Lightning's own SIGUSR1 auto-requeue is switched off in these jobs (ABLATE_REQUEUE=submitit) so that a job is
+    never requeued twice.
+    """
+
+    def __init__(self, devices: int = 1, accelerator: str = "auto") -> None:
+        self.devices = devices
+        self.accelerator = accelerator
+
+    def __call__(self, run_dir: str) -> str:
+        from .records import read_config
+        from .train import is_rank_zero, train_run
+
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ[REQUEUE_ENV] = "submitit"
+        run_dir = Path(run_dir)
+        config, meta = read_config(run_dir / CONFIG_FILE)
+        if not is_rank_zero():
+            train_run(config, run_dir, meta, progress=False, devices=self.devices, accelerator=self.accelerator)
+            return "rank > 0"
+        lock = RunLock(run_dir)
+        if not lock.acquire(tries=50):  # patient: the submitter may be recording the job id under the lock
+            return f"skipped: being trained elsewhere ({lock_holder(run_dir) or 'another process'})"
+        with lock:
+            job = job_environment()
+            lock.note(f"submitit job {job.get('submitit_job', '?')} pid {os.getpid()} on {socket.gethostname()}\n")
+            status = (read_metrics(run_dir) or {}).get("status")
+            if status in ("done", "diverged"):
+                return f"skipped: {status} meanwhile"
+            update_metrics(run_dir, status=status or "pending", **job)
+            return train_run(config, run_dir, meta, progress=False, devices=self.devices, accelerator=self.accelerator)["status"]
+
+    def checkpoint(self, run_dir: str):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, run_dir)
+
+
+def job_environment() -> dict[str, Any]:
+    """This submitit job's id and log, as recorded in metrics.json ({} outside a submitit job)."""
+    import submitit
+
+    try:
+        env = submitit.JobEnvironment()
+        return {"submitit_job": env.job_id, "submitit_cluster": env.cluster, "submitit_log": str(env.paths.stdout)}
+    except (RuntimeError, KeyError):  # not inside a submitit job
+        return {}
+
+
+def job_alive(record: dict[str, Any]) -> bool:
+    """Whether the job a run was submitted to (recorded in metrics.json) is still queued or running."""
+    job, cluster = record.get("submitit_job"), record.get("submitit_cluster")
+    if not job:
+        return False
+    if cluster == "local":  # submitit's local jobs are processes: the job id is the controller's pid
+        try:
+            os.kill(int(job), 0)
+        except (ValueError, ProcessLookupError):
+            return False
+        except PermissionError:
+            return True
+        return True
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False  # cannot tell: resubmit; the job re-checks the run under its lock anyway
+    return any(state.strip() in ALIVE_STATES for state in out.stdout.splitlines())
+
+
+def make_executor(folder: Path, options: SlurmOptions, name: str):
+    import submitit
+
+    try:  # never fall back silently to submitit's local executor: that would train every run here at once
+        executor = submitit.AutoExecutor(folder=folder, cluster=options.cluster or "slurm")
+    except RuntimeError as error:  # no srun here
+        raise ValueError(f"--launcher slurm: no SLURM found on this machine ({error}); use --launcher local") from None
+    gpus = options.gpus_per_run
+    params: dict[str, Any] = dict(
+        name=name, timeout_min=options.time_min, gpus_per_node=gpus, tasks_per_node=max(1, gpus), nodes=1,
+        cpus_per_task=options.cpus_per_task, slurm_partition=options.partition,
+        slurm_array_parallelism=options.array_parallelism, slurm_signal_delay_s=options.signal_delay_s,
+    )
+    if executor.cluster == "local":
+        params["tasks_per_node"] = 1  # the local executor does not set ranks up the way SLURM does
+    executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    return executor
+
+
+def submit_sweep(runs: list[Run], options: SlurmOptions, out: Path, retry_failed: bool = False, wait: bool = False) -> int:
+    """Submit one job array for the runs still to train; with `wait`, wait for it and report like the local launcher."""
+    todo = []
+    for run in select(runs, retry_failed):
+        record = read_metrics(run.dir) or {}
+        if job_alive(record):
+            run.state, run.note = "elsewhere", f"queued as job {record['submitit_job']}"
+            print(f"{run.label} ({run.spec.run_id}) skipped: already {run.note}", flush=True)
+            continue
+        lock = claim(run, retry_failed)
+        if lock is None:
+            print(f"{run.label} ({run.spec.run_id}) skipped: " + (f"running elsewhere ({run.note})" if run.state == "elsewhere" else run.state), flush=True)
+            continue
+        lock.release()  # the job takes it when it starts
+        todo.append(run)
+    print_skipped(runs, retry_failed)
+    name = f"{runs[0].spec.sweep} at {runs[0].spec.scale}" if runs else ""
+    if not todo:
+        print(f"sweep {name}: nothing to submit", flush=True)
+        return report(runs, name, 0, "by this submission") if wait else 0
+    executor = make_executor(Path(out) / SUBMITIT_FOLDER, options, f"ablate-{runs[0].spec.sweep}-{runs[0].spec.scale}")
+    devices = max(1, options.gpus_per_run)
+    accelerator = "auto" if options.gpus_per_run else "cpu"
+    jobs = executor.map_array(TrainJob(devices, accelerator), [str(run.dir) for run in todo])
+    wait = wait or executor.cluster == "local"  # submitit's local jobs are cancelled when this process lets go of them
+    for run, job in zip(todo, jobs):
+        run.state = "pending"
+        with RunLock(run.dir) as lock:  # a job that has started already holds it (and records `running` itself)
+            if lock.acquire(tries=1):
+                update_metrics(run.dir, submitit_job=job.job_id, submitit_cluster=executor.cluster, submitted_at=time.time(),
+                               submitit_log=str(job.paths.stdout))
+    arrays = sorted({str(job.job_id).split("_")[0] for job in jobs})
+    print(f"submitted {len(jobs)} run(s) of {name} to {executor.cluster} as job(s) {', '.join(arrays)}"
+          + f" (logs: {Path(out) / SUBMITIT_FOLDER})", flush=True)
+    for run, job in zip(todo, jobs):
+        print(f"  {job.job_id}: {run.label} ({run.spec.run_id}) -> {run.dir}", flush=True)
+    if not wait:
+        return 0
+    for run, job in zip(todo, jobs):
+        try:
+            result = job.result()
+            print(f"[{time.strftime('%H:%M:%S')}] {run.label} ({run.spec.run_id}) job {job.job_id}: {result}", flush=True)
+        except Exception as error:  # the job failed: make sure the folder says so, as the local launcher does
+            reason = f"job {job.job_id} failed: {str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__}"
+            record = read_metrics(run.dir) or {}
+            if record.get("status") not in ("done", "diverged", "failed"):
+                update_metrics(run.dir, status="failed", reason=reason, exit=reason, failed_at=time.time(),
+                               log_tail=log_tail(Path(job.paths.stderr)))
+            print(f"[{time.strftime('%H:%M:%S')}] {run.label} ({run.spec.run_id}) {reason}", flush=True)
+    return report(runs, name, len(todo), "by this submission")
+
+
 def run_sweep(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
               workers: Optional[int] = None, out: str | Path = "runs", sets: Optional[dict[str, Any]] = None,
               dry_run: bool = False, retry_failed: bool = False, live: Optional[bool] = None,
-              grace: float = GRACE_SECONDS) -> int:
-    """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped."""
+              grace: float = GRACE_SECONDS, gpus_per_run: int = 1, slurm: Optional[SlurmOptions] = None,
+              wait: bool = False) -> int:
+    """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
+
+    With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`).
+    """
     if workers is not None and workers < 1:
         raise ValueError(f"--workers {workers}: expected a positive integer")
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
-    slots = make_slots(workers or default_workers())
+    if slurm is not None:
+        if dry_run:
+            print_plan(runs, Path(out), [])
+            return 0
+        return submit_sweep(runs, slurm, Path(out), retry_failed=retry_failed, wait=wait)
+    slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
     if dry_run:
         print_plan(runs, Path(out), slots)
         return 0

@@ -24,6 +24,7 @@ from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, datase
 from lightning_modules.module import TranslationModule
 
 from .records import read_metrics, update_metrics, write_atomic, write_config
+from .search import optuna_callbacks_from_env
 
 DEFAULT_CACHE = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "attention-ablations"))
 log = logging.getLogger("ablate")
@@ -98,6 +99,56 @@ def hardware() -> dict[str, Any]:
     }
 
 
+def is_rank_zero() -> bool:
+    """False in the extra ranks of a distributed run, read from the environment before any trainer exists.
+
+    Lightning's DDP launcher re-executes the command with LOCAL_RANK >= 1 (NODE_RANK for other nodes); SLURM tasks
+    have SLURM_PROCID; torchrun sets RANK. Rank 0 (the process that launches the others) has none of them set > 0.
+    """
+    for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        value = os.environ.get(key, "0").strip() or "0"
+        if value.isdigit() and int(value) > 0:
+            return False
+    return True
+
+
+class GlobalTokenCount(pl.Callback):
+    """Under DDP each rank counts the target tokens of its own batches: make `train_tokens` the count over all ranks.
+
+    At every checkpoint (saving is collective: every rank dumps, rank 0 writes) and at the end of training, the
+    ranks sum what they counted since the last sync, so the checkpoint, a resumed run and the record all hold the
+    global count.
+    """
+
+    def __init__(self) -> None:
+        self.base = 0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.base = pl_module.train_tokens  # restored from the checkpoint on resume: already global
+
+    def _sync(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.world_size > 1:
+            local = torch.tensor(float(pl_module.train_tokens - self.base), dtype=torch.float64, device=pl_module.device)
+            total = trainer.strategy.reduce(local, reduce_op="sum")
+            pl_module.train_tokens = self.base = self.base + int(round(float(total)))
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._sync(trainer, pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._sync(trainer, pl_module)
+
+
+def cluster_plugins() -> list:
+    """No Lightning auto-requeue where submitit requeues the job (`ablate sweep --launcher slurm`): never twice."""
+    if os.environ.get("ABLATE_REQUEUE") == "submitit":
+        from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+        if SLURMEnvironment.detect():
+            return [SLURMEnvironment(auto_requeue=False)]
+    return []
+
+
 def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt: int) -> list:
     # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows.
     loggers: list = [CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}")]
@@ -109,17 +160,27 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
     return loggers
 
 
-def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] = None, progress: bool = True) -> dict[str, Any]:
-    """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one."""
+def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] = None, progress: bool = True,
+              devices: int = 1, accelerator: str = "auto") -> dict[str, Any]:
+    """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one.
+
+    `devices` > 1: Lightning DDP with that many ranks (`strategy="ddp"` re-executes the command for ranks >= 1;
+    under SLURM the job's tasks are the ranks). The data module shards training batches by rank, so the global
+    batch is `devices` x `data.batch_tokens`. Only rank 0 writes records and runs the final evaluation; the other
+    ranks return {} after training.
+    """
     run_dir = Path(run_dir)
     meta = dict(meta or {})
     meta.setdefault("run_id", config.run_id())
+    lead = is_rank_zero()
     previous = read_metrics(run_dir) or {}
-    attempt = int(previous.get("attempts", 0)) + 1
-    write_config(run_dir, config, meta)
+    attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)  # ranks >= 1 start after rank 0 recorded it
     started = time.time()
-    cleared = {key: None for key in ("reason", "log_tail") if previous.get(key) is not None}  # an earlier failure's
-    update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started, **cleared)
+    if lead:
+        write_config(run_dir, config, meta)
+        cleared = {key: None for key in ("reason", "log_tail") if previous.get(key) is not None}  # an earlier failure's
+        update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started,
+                       devices=devices, **cleared)
 
     try:
         pl.seed_everything(config.seed, workers=True, verbose=False)
@@ -137,12 +198,14 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
             every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
             monitor="step", mode="max", save_last=True,
         )
-        callbacks: list = [periodic]
+        callbacks: list = [periodic, GlobalTokenCount()]
         if progress:
             callbacks.append(StepProgress(train_cfg.max_steps))
+        callbacks += optuna_callbacks_from_env()  # a trial of `ablate search`: report, maybe prune; else []
         loggers = make_loggers(run_dir, config, meta, attempt)
         trainer = pl.Trainer(
-            accelerator="auto", devices=1, max_steps=train_cfg.max_steps, max_epochs=-1,
+            accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto", plugins=cluster_plugins(),
+            max_steps=train_cfg.max_steps, max_epochs=-1,
             max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
             val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
             check_val_every_n_epoch=None, num_sanity_val_steps=0,
@@ -155,6 +218,8 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         last = checkpoints / "last.ckpt"
         trainer.fit(module, datamodule=data, ckpt_path=str(last) if last.exists() else None)
         train_seconds = module.train_seconds
+        if not trainer.is_global_zero:
+            return {}  # rank 0 evaluates and records
 
         averaged = 0
         if config.eval.average_last > 1:
@@ -165,7 +230,7 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         module.bleu_limit = None
         # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
         evaluator = pl.Trainer(
-            accelerator="auto", devices=1, precision=train_cfg.precision, deterministic=True, use_distributed_sampler=False,
+            accelerator=accelerator, devices=1, plugins=cluster_plugins(), precision=train_cfg.precision, deterministic=True, use_distributed_sampler=False,
             logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         )
@@ -191,6 +256,8 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         return update_metrics(run_dir, **metrics)
     except Exception as error:
         # Record why before re-raising, so the folder says `failed` rather than a `running` nobody runs.
+        if not lead:
+            raise
         try:
             update_metrics(run_dir, status="failed", reason=f"{type(error).__name__}: {error}",
                            log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())

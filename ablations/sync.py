@@ -1,0 +1,122 @@
+"""`ablate sync`: upload the offline wandb runs of run folders with `wandb sync`.
+
+Training logs to wandb offline (`<run>/wandb/offline-run-<time>-<run id>/run-<run id>.wandb`); this uploads them
+later, from a machine that can reach the server. A run directory whose `.wandb` file has wandb's marker beside
+it (`run-<id>.wandb.synced`, written by `wandb sync` on success) is skipped. Before syncing anything the server
+(WANDB_BASE_URL, else https://api.wandb.ai) is probed with a short TCP connect, so that an unreachable server is
+reported at once instead of after wandb's own retries; each `wandb sync` also has a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlsplit
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+PROBE_SECONDS = 5.0
+
+
+def offline_runs(root: Path) -> list[Path]:
+    """Offline wandb run directories under the run folders of `root`, oldest first within a run folder."""
+    return sorted(Path(root).glob("**/wandb/offline-run-*"), key=lambda p: (p.parent.parent, p.name))
+
+
+def is_synced(run: Path) -> bool:
+    """wandb writes `<file>.wandb.synced` beside each `.wandb` file it uploaded."""
+    files = list(run.glob("*.wandb"))
+    return bool(files) and all(f.with_suffix(".wandb.synced").exists() for f in files)
+
+
+def base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "").strip() or DEFAULT_BASE_URL
+
+
+def probe(url: str, timeout: float = PROBE_SECONDS) -> Optional[str]:
+    """None if a TCP connection to the server opens within `timeout`; else why not."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return f"cannot parse the server address {url!r}"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as error:  # refused, unreachable, DNS failure, timeout
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def wandb_command() -> list[str]:
+    beside = Path(sys.executable).parent / "wandb"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("wandb")
+    return [found] if found else [sys.executable, "-m", "wandb"]
+
+
+def sync_one(run: Path, timeout: float) -> tuple[bool, str]:
+    """`wandb sync RUN` (an argv list, no shell), stopped after `timeout` seconds; (success, last output lines)."""
+    env = dict(os.environ)
+    env.pop("WANDB_MODE", None)  # uploading is online by definition; an offline/disabled mode is for training
+    env["WANDB_SILENT"] = "false"
+    argv = [*wandb_command(), "sync", str(run)]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=env, start_new_session=True, text=True, errors="replace")
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # wandb sync starts wandb-core: stop the whole group
+        except ProcessLookupError:
+            pass
+        output, _ = process.communicate()
+        return False, f"timed out after {timeout:g} s" + tail(output)
+    ok = process.returncode == 0 and is_synced(run)
+    return ok, ("" if ok else f"exit code {process.returncode}") + tail(output)
+
+
+def tail(output: Optional[str], lines: int = 5) -> str:
+    rows = [row for row in (output or "").splitlines() if row.strip()][-lines:]
+    return "".join(f"\n    {row}" for row in rows)
+
+
+def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool = False) -> int:
+    """0 when every offline run under `root` is synced (or there is none); 1 when a sync failed or no server answers."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such directory")
+    from .launch import lock_holder
+
+    runs = offline_runs(root)
+    pending = [run for run in runs if not is_synced(run)]
+    training = [run for run in pending if lock_holder(run.parent.parent) is not None]  # its .wandb file still grows
+    todo = [run for run in pending if run not in training]
+    print(f"{len(runs)} offline wandb run(s) under {root}: {len(runs) - len(pending)} synced already, "
+          f"{len(training)} still training (skipped), {len(todo)} to sync", flush=True)
+    if dry_run:
+        for run in todo:
+            print(f"  would sync {run}", flush=True)
+        return 0
+    if not todo:
+        return 0
+    url = base_url()
+    problem = probe(url)
+    if problem is not None:
+        print(f"ablate sync: error: the wandb server {url} cannot be reached ({problem}); nothing synced. Sync from a "
+              "machine with network access, or set WANDB_BASE_URL to your server.", file=sys.stderr, flush=True)
+        return 1
+    failed = 0
+    for run in todo:
+        started = time.time()
+        ok, detail = sync_one(run, timeout)
+        print(f"{'synced' if ok else 'FAILED'} {run} ({time.time() - started:.1f} s)" + ("" if ok else f": {detail}"), flush=True)
+        failed += not ok
+    print(f"{len(todo) - failed} synced, {failed} failed", flush=True)
+    return 1 if failed else 0

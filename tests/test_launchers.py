@@ -1,0 +1,384 @@
+"""`ablate sweep --launcher slurm` (submitit; tested with its local executor), DDP inside a run, `ablate sync`.
+
+Trainings here are test-sized (d_model 32, a few steps). The DDP test starts 2 CPU processes (gloo) through
+`ablate train --devices 2` in a subprocess with a timeout: `strategy="ddp"` re-executes the command line, so it
+must never run inside the pytest process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ablations import cli, launch, sync
+from ablations.corpus import write_corpus
+from ablations.records import read_config, read_metrics, update_metrics
+from test_sweep import folders, sweep_args, write_sweep
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus"), train_pairs=300, dev_pairs=12, test_pairs=12)
+
+
+def slurm_args(path: Path, out: Path, *extra: str) -> list[str]:
+    return sweep_args(path, out, "--launcher", "slurm", "--slurm-cluster", "local", "--slurm-time", "10",
+                      "--slurm-gpus-per-node", "0", *extra)
+
+
+def submissions(out: Path) -> list[Path]:
+    return sorted((out / launch.SUBMITIT_FOLDER).rglob("*_submitted.pkl"))
+
+
+# --------------------------------------------------------------------------------------------------
+# SLURM launcher (submitit's local executor stands in for SLURM)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_slurm_launcher_trains_a_job_array_and_a_rerun_submits_nothing(corpus, tmp_path, capsys):
+    path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}})
+    out = tmp_path / "runs"
+    assert cli.main(slurm_args(path, out, "--wait")) == 0
+    text = capsys.readouterr().out
+    assert "submitted 2 run(s)" in text and "2 done" in text, text
+    runs = folders(out)
+    assert sorted(runs) == ["base-s0", "nopos-s0"]
+    for run_dir in runs.values():
+        record = read_metrics(run_dir)
+        assert record["status"] == "done" and record["steps"] == 5 and record["attempts"] == 1, record
+        assert record["submitit_cluster"] == "local" and record["submitit_job"] and Path(record["submitit_log"]).exists()
+        assert (run_dir / "checkpoints" / "last.ckpt").exists() and (run_dir / "test.hyp").exists()
+        config, meta = read_config(run_dir / "config.yaml")
+        assert config.run_id() == run_dir.name.rsplit("-", 1)[1]
+    # the same folders the local launcher uses
+    assert sorted(r.dir for r in launch.plan(path, "test", out=out)) == sorted(runs.values())
+    before = submissions(out)
+    assert len(before) == 2
+
+    assert cli.main(slurm_args(path, out)) == 0  # everything done: nothing is submitted
+    text = capsys.readouterr().out
+    assert "nothing to submit" in text and "skipping 2 finished" in text and "submitted" not in text
+    assert submissions(out) == before
+
+
+def test_a_failing_job_is_recorded_with_wait(corpus, tmp_path, capsys):
+    path = write_sweep(tmp_path, corpus, {"broken": {"data.path": str(tmp_path / "nonexistent")}})
+    out = tmp_path / "runs"
+    assert cli.main(slurm_args(path, out, "--wait")) == 1
+    record = read_metrics(folders(out)["broken-s0"])
+    assert record["status"] == "failed" and "does not exist" in record["reason"], record
+    assert "failed: broken-s0" in capsys.readouterr().out
+
+
+def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
+    path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}})
+    out = tmp_path / "runs"
+    queued, done, busy = (run.dir for run in launch.plan(path, "test", out=out))
+    update_metrics(queued, status="pending", submitit_job=str(os.getpid()), submitit_cluster="local")  # an alive job
+    update_metrics(done, status="done")
+    with launch.RunLock(busy) as lock:  # trained elsewhere right now
+        assert lock.acquire()
+        lock.note("someone else\n")
+        assert cli.main(slurm_args(path, out)) == 0
+    text = capsys.readouterr().out
+    assert "nothing to submit" in text and f"queued as job {os.getpid()}" in text and "running elsewhere (lock held: someone else)" in text
+    assert submissions(out) == []
+
+
+@pytest.mark.slow
+def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, tmp_path):
+    """USR2 (submitit's preemption signal) mid-training: TrainJob.checkpoint resubmits, the rerun resumes."""
+    import signal as signals
+
+    path = write_sweep(tmp_path, corpus, {"base": {}})
+    out = tmp_path / "runs"
+    sets = {"train.max_steps": 200, "train.checkpoint_every_steps": 10, "train.val_every_steps": 1000}
+    runs = launch.plan(path, "test", out=out, sets=sets)
+    todo = launch.select(runs)
+    executor = launch.make_executor(out / launch.SUBMITIT_FOLDER, launch.SlurmOptions(time_min=10, gpus_per_run=0, cluster="local"), "t")
+    (job,) = executor.map_array(launch.TrainJob(1, "cpu"), [str(todo[0].dir)])
+    run_dir = todo[0].dir
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoints" / "last.ckpt").exists():  # wait for a first checkpoint
+        assert time.time() < deadline and not job.done(), job.done() and job.stderr()
+        time.sleep(0.2)
+    holder = launch.lock_holder(run_dir)
+    pid = int(holder.split(" pid ")[1].split()[0])
+    os.kill(pid, signals.SIGUSR2)
+    deadline = time.time() + 240
+    while not job.done():
+        assert time.time() < deadline, "the requeued job did not finish"
+        time.sleep(0.5)
+    assert job.result() == "done"
+    record = read_metrics(run_dir)
+    assert record["status"] == "done" and record["attempts"] == 2 and record["steps"] == 200, record
+    assert "Requeued" in Path(job.paths.stdout).read_text()
+    second = (run_dir / "logs" / "attempt-2" / "metrics.csv").read_text().splitlines()
+    first_step = int(second[1].split(",")[second[0].split(",").index("step")])
+    assert 0 < first_step < 200  # it went on from a checkpoint, not from scratch
+
+
+def test_the_job_is_picklable_and_checkpoints_as_a_resubmission():
+    import submitit
+
+    job = launch.TrainJob(devices=2, accelerator="cpu")
+    again = pickle.loads(pickle.dumps(job))
+    assert (again.devices, again.accelerator) == (2, "cpu")
+    delayed = job.checkpoint("/some/run")
+    assert isinstance(delayed, submitit.helpers.DelayedSubmission)
+    assert delayed.function is job and delayed.args == ("/some/run",)
+
+
+def test_executor_parameters(tmp_path, monkeypatch):
+    """The sbatch script submitit would write (a stand-in `srun` on PATH makes submitit take this for SLURM)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    options = launch.SlurmOptions(partition="gpu", time_min=90, gpus_per_run=4, cpus_per_task=8, array_parallelism=3)
+    executor = launch.make_executor(tmp_path / "submitit", options, "ablate-test")
+    assert executor.cluster == "slurm"
+    params = executor._executor.parameters
+    assert params["gpus_per_node"] == 4 and params["ntasks_per_node"] == 4  # one SLURM task (DDP rank) per GPU
+    assert params["time"] == 90 and params["partition"] == "gpu" and params["cpus_per_task"] == 8
+    assert params["array_parallelism"] == 3 and params["signal_delay_s"] == options.signal_delay_s
+    text = executor._executor._make_submission_file_text("python -m x", "uid")
+    for line in ("--gpus-per-node=4", "--ntasks-per-node=4", "--partition=gpu", "--time=90", f"--signal=USR2@{options.signal_delay_s}"):
+        assert line in text, text
+
+
+def test_slurm_cli_errors(corpus, tmp_path, capsys):
+    path = write_sweep(tmp_path, corpus, {"base": {}})
+    out = tmp_path / "runs"
+    assert cli.main(sweep_args(path, out, "--wait")) == 2
+    assert "--wait: only with --launcher slurm" in capsys.readouterr().err
+    assert cli.main(sweep_args(path, out, "--slurm-partition", "gpu")) == 2
+    assert "--slurm-partition: only with --launcher slurm" in capsys.readouterr().err
+    assert cli.main(sweep_args(path, out, "--launcher", "slurm", "--workers", "2")) == 2
+    assert "--slurm-array-parallelism" in capsys.readouterr().err
+    assert cli.main(sweep_args(path, out, "--launcher", "slurm", "--gpus-per-run", "2", "--slurm-gpus-per-node", "4")) == 2
+    assert "disagree" in capsys.readouterr().err
+    if not any(Path(d, "srun").exists() for d in os.environ.get("PATH", "").split(os.pathsep)):
+        assert cli.main(sweep_args(path, out, "--launcher", "slurm")) == 2  # no SLURM on this machine: a clear error
+        assert "no SLURM found" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# DDP inside a run
+# --------------------------------------------------------------------------------------------------
+
+
+def test_slots_with_several_gpus_per_run(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    slots = launch.make_slots(2, cores=range(8), gpus=["0", "1", "2", "3"], gpus_per_run=2)
+    assert [(s.gpu, s.devices, s.threads) for s in slots] == [("0,1", 2, 4), ("2,3", 2, 4)]
+    argv = launch.slot_command(slots[0], Path("c.yaml"), Path("r"))
+    assert argv[-2:] == ["--devices", "2"]
+    cpu = launch.make_slots(1, cores=range(4), gpus=[], gpus_per_run=2)[0]
+    assert (cpu.gpu, cpu.devices, cpu.threads) == (None, 2, 2)  # two CPU processes share the slot's 4 cores
+    assert launch.slot_command(cpu, Path("c.yaml"), Path("r"))[-4:] == ["--devices", "2", "--accelerator", "cpu"]
+    assert launch.slot_command(launch.make_slots(1, cores=[0], gpus=[])[0], Path("c.yaml"), Path("r"))[-2:] == ["--run-dir", "r"]
+    with pytest.raises(ValueError, match="only 1 GPU"):
+        launch.make_slots(1, cores=[0], gpus=["0"], gpus_per_run=2)
+
+
+def test_rank_detection(monkeypatch):
+    from ablations.train import is_rank_zero
+
+    for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    assert is_rank_zero()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert is_rank_zero()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert not is_rank_zero()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    assert not is_rank_zero()
+
+
+def train_cli(config: Path, run_dir: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"):
+        env.pop(key, None)
+    return subprocess.run([sys.executable, "-m", "ablations.cli", "train", "--config", str(config), "--run-dir", str(run_dir), *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
+    """2 ranks x B tokens against 1 process with the same global batch, two ways.
+
+    Exact: 1 process with B tokens and `accumulate_grad_batches=2`. The sampler builds the same global list of
+    batches for both (the list has an even length, so the 2-rank split adds no batch) and deals batches 2k, 2k+1
+    to ranks 0, 1 — the two batches the single process accumulates for step k. DDP averages the two gradients,
+    Lightning divides each accumulated loss by 2: the same update, up to float summation order. Dropout is off
+    (ranks draw their masks from identically seeded generators, the single process from one stream).
+
+    As asked (1 process with 2B tokens): the token-budget sampler packs other batches, so only close, not equal.
+    """
+    from lightning_modules.data import TokenBudgetBatchSampler, TranslationDataModule
+
+    budget, steps = 256, 6
+    path = write_sweep(tmp_path, corpus, {"base": {"P_drop": 0.0}})
+    (run,) = launch.plan(path, "test", out=tmp_path / "runs")
+    from ablations.records import write_config
+
+    write_config(tmp_path / "base", run.spec.config, run.meta)
+    config_path = tmp_path / "base" / "config.yaml"
+    common = {"train.max_steps": steps, "train.val_every_steps": 100, "train.checkpoint_every_steps": 3}
+
+    def settings(**values) -> list[str]:
+        return [arg for key, value in (common | {k.replace("__", "."): v for k, v in values.items()}).items()
+                for arg in ("--set", f"{key}={value}")]
+
+    # precondition of the exact comparison: an even number of batches, so world size 2 splits none
+    from ablations.sweep import apply_overrides, build_config
+    from ablations.train import corpus_directory
+
+    config = build_config(apply_overrides(run.spec.config.to_dict(), {"data.batch_tokens": budget}, "test"), "test")
+    data = TranslationDataModule(config.data, corpus_dir=corpus_directory(config), seed=config.seed, max_positions=config.model.max_positions)
+    data.prepare_data()
+    data.setup("fit")
+    one = data.train_sampler(0, 1)
+    two = [data.train_sampler(r, 2) for r in (0, 1)]
+    assert isinstance(one, TokenBudgetBatchSampler) and len(one.global_batches(0)) % 2 == 0
+    assert len(one.global_batches(0)) >= 2 * steps  # the 6 steps stay within the first epoch
+    assert [b.tolist() for b in one.global_batches(0)] == [b.tolist() for b in two[0].global_batches(0)]
+    assert one.batches(0)[0::2] == two[0].batches(0) and one.batches(0)[1::2] == two[1].batches(0)
+
+    commands = {
+        "ddp": settings(data__batch_tokens=budget) + ["--devices", "2", "--accelerator", "cpu"],
+        "accumulate": settings(data__batch_tokens=budget, train__accumulate_grad_batches=2) + ["--accelerator", "cpu"],
+        "double": settings(data__batch_tokens=2 * budget) + ["--accelerator", "cpu"],
+    }
+    results = {}
+    for name, extra in commands.items():
+        started = time.time()
+        results[name] = (train_cli(config_path, tmp_path / name, *extra), time.time() - started)
+    records = {}
+    for name, (proc, seconds) in results.items():
+        assert proc.returncode == 0, f"{name}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        records[name] = read_metrics(tmp_path / name)
+        assert records[name]["status"] == "done" and records[name]["steps"] == steps, records[name]
+    ddp, acc, dbl = records["ddp"], records["accumulate"], records["double"]
+    summary = {name: {k: r[k] for k in ("dev_loss", "test_loss", "train_tokens", "attempts", "devices")} | {"wall_s": round(results[name][1], 1)}
+               for name, r in records.items()}
+    print(json.dumps(summary, indent=2))
+    (tmp_path / "summary.json").write_text(json.dumps(summary, indent=2))
+    assert ddp["devices"] == 2 and ddp["attempts"] == 1  # rank 1 wrote no record, nor a second attempt
+    assert ddp["train_tokens"] == acc["train_tokens"]  # tokens summed over the ranks
+    assert abs(ddp["dev_loss"] - acc["dev_loss"]) <= 1e-4 * abs(acc["dev_loss"])
+    assert abs(ddp["test_loss"] - acc["test_loss"]) <= 1e-4 * abs(acc["test_loss"])
+    assert abs(ddp["dev_loss"] - dbl["dev_loss"]) <= 0.05 * abs(dbl["dev_loss"])
+    # one checkpoint set, written by rank 0
+    assert (tmp_path / "ddp" / "checkpoints" / "last.ckpt").exists()
+    assert not list((tmp_path / "ddp").glob("metrics.json.*"))
+
+
+@pytest.mark.slow
+def test_the_local_launcher_trains_a_run_on_two_cpu_processes(corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    path = write_sweep(tmp_path, corpus, {"base": {}})
+    out = tmp_path / "runs"
+    assert cli.main(sweep_args(path, out, "--gpus-per-run", "2")) == 0
+    run_dir = folders(out)["base-s0"]
+    record = read_metrics(run_dir)
+    assert record["status"] == "done" and record["devices"] == 2 and record["steps"] == 5 and record["attempts"] == 1, record
+    assert "--devices 2 --accelerator cpu" in (run_dir / "train.log").read_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# ablate sync
+# --------------------------------------------------------------------------------------------------
+
+
+def fake_offline_run(run_dir: Path, run_id: str, synced: bool = False) -> Path:
+    offline = run_dir / "wandb" / f"offline-run-20260101_000000-{run_id}"
+    offline.mkdir(parents=True)
+    (offline / f"run-{run_id}.wandb").write_bytes(b"")
+    if synced:
+        (offline / f"run-{run_id}.wandb.synced").write_text("")
+    return offline
+
+
+def test_sync_skips_synced_runs_and_fails_fast_without_a_server(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    fake_offline_run(tmp_path / "sweep" / "tiny" / "a-s0-aaaa", "aaaa", synced=True)
+    assert cli.main(["sync", str(tmp_path)]) == 0  # all synced: nothing to do, no server needed
+    assert "1 synced already" in capsys.readouterr().out
+    todo = fake_offline_run(tmp_path / "sweep" / "tiny" / "b-s0-bbbb", "bbbb")
+    assert cli.main(["sync", str(tmp_path), "--dry-run"]) == 0
+    assert f"would sync {todo}" in capsys.readouterr().out
+    started = time.time()
+    assert cli.main(["sync", str(tmp_path)]) == 1
+    assert time.time() - started < 10
+    err = capsys.readouterr().err
+    assert "http://127.0.0.1:9 cannot be reached" in err and "nothing synced" in err
+    assert cli.main(["sync", str(tmp_path / "missing")]) == 2
+
+
+def test_sync_skips_a_run_still_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    run = tmp_path / "s" / "t" / "c-s0-cccc"
+    fake_offline_run(run, "cccc")
+    with launch.RunLock(run) as lock:
+        assert lock.acquire()
+        assert cli.main(["sync", str(tmp_path)]) == 0
+    assert "1 still training (skipped), 0 to sync" in capsys.readouterr().out
+
+
+def test_sync_times_out_on_a_server_that_never_answers(tmp_path, monkeypatch, capsys):
+    """A server that accepts connections and never answers: each `wandb sync` is stopped after its timeout."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+        monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+        run_dir = tmp_path / "s" / "t" / "d-s0-dddd"
+        run_dir.mkdir(parents=True)
+        make = ("import wandb; r = wandb.init(project='p', id='dddd', dir=%r, mode='offline'); r.log({'x': 1}); r.finish()" % str(run_dir))
+        subprocess.run([sys.executable, "-c", make], check=True, timeout=60, capture_output=True,
+                       env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true"))
+        (run,) = sync.offline_runs(tmp_path)
+        started = time.time()
+        assert sync.sync_runs(tmp_path, timeout=5) == 1
+        assert time.time() - started < 30
+        out = capsys.readouterr().out
+        assert f"FAILED {run}" in out and "timed out after 5 s" in out and "0 synced, 1 failed" in out
+        assert not sync.is_synced(run)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        server.close()
