@@ -220,6 +220,9 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         train_seconds = module.train_seconds
         if not trainer.is_global_zero:
             return {}  # rank 0 evaluates and records
+        if trainer.world_size > 1 and torch.distributed.is_initialized():
+            # Rank 0 evaluates alone: with the group still up, the evaluation waited on the departed ranks (a hang).
+            torch.distributed.destroy_process_group()
 
         averaged = 0
         if config.eval.average_last > 1:
