@@ -14,13 +14,7 @@ CONTENT = (3, 4, 5, 6)  # the tokens a hypothesis may contain (PAD and BOS are n
 ALPHA = 0.6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: extra intra-op threads only add overhead (and spin when other processes load the CPUs)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_model(seed: int, std: float = 0.5, **overrides) -> Transformer:

@@ -23,12 +23,7 @@ from lightning_modules.transformer import Transformer
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_schedule_equals_the_papers_formula():
