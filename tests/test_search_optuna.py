@@ -27,11 +27,10 @@ from ablations import search as S
 from ablations.corpus import write_corpus
 from ablations.records import read_metrics
 from ablations.sweep import load_sweep, resolve, scales_for
+from test_sweep import write_sweep as write_test_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
-PAPER_BASE = {"N": 1, "d_model": 512, "d_ff": 2048, "h": 8, "d_k": 64, "d_v": 64, "P_drop": 0.1, "eps_ls": 0.1,
-              "positional": "sinusoidal", "train_steps": 100000}
 
 # A stand-in for `ablate train --config C --run-dir D`. dev_loss is a function of the params; FAKE_BEHAVIOUR:
 # "report" reports loss + 1/step at steps 1..3 through the study and exits 77 when pruned; "crash" exits 3
@@ -82,23 +81,9 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def write_sweep(root: Path, corpus: Path) -> Path:
-    """A sweep file and a `test` scale beside it (as tests/test_sweep.py): d_model 32, 5 steps, seconds per run."""
+    """The test sweep of tests/test_sweep.py (d_model 32, 5 steps, seconds per run) with rows base and wide."""
     root.mkdir(parents=True, exist_ok=True)
-    scales = {"test": {
-        "description": "seconds per run", "width_divisor": 16, "steps_scale": 0.00005,
-        "settings": {
-            "data.dataset": "dir", "data.path": str(corpus), "data.vocab_size": 96, "data.batch_tokens": 512,
-            "data.max_tokens": 64, "data.cache_dir": str(root / "cache"),
-            "train.warmup_steps": 2, "train.val_every_steps": 3, "train.checkpoint_every_steps": 3,
-            "eval.dev_bleu_sentences": 8, "model.max_positions": 128,
-        },
-    }}
-    (root / "scales.yaml").write_text(yaml.safe_dump(scales))
-    sweep = {"name": "test", "seeds": [0], "base": PAPER_BASE,
-             "rows": [{"id": "base", "group": "base", "overrides": {}}, {"id": "wide", "group": "C", "overrides": {"d_ff": 4096}}]}
-    path = root / "test.yaml"
-    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
-    return path
+    return write_test_sweep(root, corpus, {"base": {}, "wide": {"d_ff": 4096}})
 
 
 PARAMS = {
