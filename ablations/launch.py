@@ -548,8 +548,10 @@ class Launcher:
         self.name = f"{runs[0].spec.sweep} at {runs[0].spec.scale}" if runs else ""
         self.view = View(self, live)
         self.signals: list[int] = []
-        self.durations: list[float] = []
         self.launched = 0
+        cache: dict = {}
+        self.flops = {id(run): estimates(run, cache)[2] for run in runs}  # the cost model behind order and ETA
+        self.finished_flops = self.finished_seconds = 0.0
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -560,11 +562,24 @@ class Launcher:
         return counts
 
     def eta(self) -> Optional[float]:
-        """Mean duration of the runs finished here x runs left / workers."""
-        if not self.durations:
+        """Seconds per FLOP of the runs finished here x FLOPs left (running runs: less what they have done) / workers.
+
+        Runs differ in cost by more than 10x (the big row against N=2), so a mean duration per run misleads.
+        """
+        if not self.finished_flops:
             return None
-        left = sum(1 for r in self.runs if r.state in ("pending", "running"))
-        return sum(self.durations) / len(self.durations) * left / len(self.slots)
+        rate = self.finished_seconds / self.finished_flops
+        left = 0.0
+        for run in self.runs:
+            if run.state == "pending":
+                left += self.flops[id(run)] * rate
+            elif run.state == "running":
+                left += max(self.flops[id(run)] * rate - (run.elapsed or 0.0), 0.0)
+        return left / len(self.slots)
+
+    def longest_first(self, runs: list[Run]) -> list[Run]:
+        """The costliest runs start first, so that no long run starts last while the other workers sit idle."""
+        return sorted(runs, key=lambda run: -self.flops[id(run)])
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signals.append(signum)
@@ -618,8 +633,9 @@ class Launcher:
         status = record.get("status")
         if status in ("done", "diverged"):
             run.state = status
-            run.note = "" if status == "done" else "dev loss not finite"
-            self.durations.append(run.ended - run.started)
+            run.note = "" if status == "done" else record.get("reason") or "loss not finite"
+            self.finished_seconds += run.ended - run.started
+            self.finished_flops += self.flops[id(run)]
         else:
             self._record_failure(run, describe_exit(code) if code else f"exit code 0 with status {status!r}", code)
         if run.lock is not None:
@@ -651,7 +667,7 @@ class Launcher:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        queue: deque[Run] = deque(select(self.runs, self.retry_failed))
+        queue: deque[Run] = deque(self.longest_first(select(self.runs, self.retry_failed)))
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):

@@ -289,13 +289,27 @@ def test_the_live_view_renders(corpus, tmp_path):
     runs = launch.plan(path, "test", out=tmp_path / "runs")
     launcher = launch.Launcher(runs, launch.make_slots(1, cores=[0], gpus=[]))
     runs[0].state, runs[0].started = "running", time.time() - 65
-    launcher.durations.append(120.0)
+    # One finished run of the same cost took 185 s: this one, 65 s in, has 120 s left.
+    launcher.finished_flops, launcher.finished_seconds = launcher.flops[id(runs[0])], 185.0
     buffer = io.StringIO()
     view = launch.View(launcher, live=True, console=Console(file=buffer, force_terminal=True, width=120))
     with view:
         view.event(runs[0], "started")
     text = buffer.getvalue()
     assert "base-s0" in text and "1 running" in text and "ETA 2m00s" in text and "1m05s" in text
+
+
+def test_costliest_runs_start_first_and_the_eta_weighs_runs_by_cost(corpus, tmp_path):
+    path = write_sweep(tmp_path, corpus, {"base": {}, "wide": {"d_model": 1024, "d_ff": 4096}, "deep": {"N": 8}})
+    runs = launch.plan(path, "test", out=tmp_path / "runs")
+    launcher = launch.Launcher(runs, launch.make_slots(2, cores=[0, 1], gpus=[]))
+    order = [run.spec.row for run in launcher.longest_first(runs)]
+    costs = [launcher.flops[id(run)] for run in launcher.longest_first(runs)]
+    assert costs == sorted(costs, reverse=True) and order[-1] == "base"
+    cheapest, costliest = min(costs), max(costs)
+    launcher.finished_flops, launcher.finished_seconds = cheapest, 10.0  # 10 s per `cheapest` FLOPs
+    assert launcher.eta() == pytest.approx(10.0 * sum(costs) / cheapest / 2)
+    assert costliest > 1.5 * cheapest
 
 
 def test_cli_rejects_bad_selections(corpus, tmp_path, capsys):
