@@ -5,7 +5,10 @@ found by its run id under `<runs>/<sweep>/<scale>/` or among the records already
 `<out>/records/<sweep>_<scale>/`. A finished (done, diverged or failed) run's small record (config.yaml,
 metrics.json, dev.hyp, test.hyp and its curves as `curves-<attempt>.csv`; never checkpoints) is copied there,
 and so are the dev references (`dev.ref`), so that `<out>` alone rebuilds the same table. The table is
-written as `<out>/<sweep>_<scale>.md`, `.csv` and `.tex`; the same records give the same bytes.
+written as `<out>/<sweep>_<scale>.md`, `.csv` and `.tex`, with its plots under `<out>/plots/` (plots.py),
+Table 2 as `<out>/table2_<scale>.*` when the sweep has base and big rows (cost.py), the table as data in
+`<out>/<sweep>_<scale>.json`, and the offline dashboard `<out>/index.html` over every table there
+(dashboard.py); the same records give the same bytes.
 
 Provenance comes from the records: `device` and, where a run recorded them, `cpu_model` and `commit`
 (in metrics.json or in config.yaml's meta).
@@ -646,16 +649,33 @@ def write_table(table: Table, out: str | Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------------------------
 
 
+def write_outputs(table: Table, out: str | Path) -> list[Path]:
+    """The table, its plots, Table 2 when the sweep has base and big rows, the table as data, and the dashboard."""
+    from .cost import build_cost_table, write_cost_table
+    from .dashboard import write_dashboard, write_table_data
+    from .plots import table_curves, write_plots
+
+    paths = write_table(table, out)
+    curves = table_curves(table)
+    paths += write_plots(table, out, curves)
+    cost = build_cost_table(table, out)
+    if cost is not None:
+        paths += write_cost_table(cost, out)
+    paths.append(write_table_data(table, curves, out))
+    paths.append(write_dashboard(out))  # every table under `out`, not only this one
+    return paths
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     table = build_table(args.sweep, args.scale, runs=args.runs, out=args.out)
-    for path in write_table(table, args.out):
+    for path in write_outputs(table, args.out):
         print(path)
     print(dict(table.header)["Runs"])
     return 0
 
 
 def add_table_parser(sub: Any) -> None:
-    parser = sub.add_parser("table", help="a sweep's table at one scale, from run records (Markdown, CSV, LaTeX)")
+    parser = sub.add_parser("table", help="a sweep's table at one scale, from run records (Markdown, CSV, LaTeX), its plots, Table 2 and results/index.html")
     parser.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
     parser.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
     parser.add_argument("--runs", default="runs", help="root of run folders (default: runs/)")

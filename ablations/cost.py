@@ -1,0 +1,311 @@
+"""Table 2 at one scale: test BLEU and training cost of the base and big models, from run records only.
+
+`ablate table` writes `<out>/table2_<scale>.{md,csv,tex}` whenever the sweep has rows `base` and `big`
+(sweeps/table3.yaml does). Training cost is given two ways:
+
+* counted: 3 × the forward FLOPs of the actual model (backward ≈ 2 × forward). The forward pass costs 2 FLOPs
+  per multiply-add of every weight matrix a token passes through: for a source token the encoder's matrices and
+  the decoder's cross-attention key/value projections, for a target token the rest of the decoder and the
+  output projection (the matrices are read off the model built on the meta device, so every knob counts).
+  The records count target tokens; source tokens are taken as equal in number (both corpora used here are
+  near 1:1). The attention products QKᵀ and AV (2·n·(h·d_k + h·d_v) FLOPs per token and attention layer; at the
+  tiny scale 4.6·n kFLOPs per token pair beside 1.6 MFLOPs of matrices, 6 % at n = 20) and the norms, softmax and
+  embedding look-ups are not counted.
+* the paper's method: training time × devices × sustained FLOP/s of one device. The paper used 9.5 TFLOPS for a
+  P100. A CPU run's device is a thread: its figure is a dense fp32 matmul on one thread, measured by
+  `ablate complexity` on that machine and kept in `<out>/sustained_flops.json` under `cpu:<CPU model>`, so
+  that building the table reads a record and never a clock.
+
+Checked against the paper: 12 h × 8 P100 × 9.5 TFLOPS = 3.3·10¹⁸ (base) and 3.5 days × 8 × 9.5 TFLOPS = 2.3·10¹⁹
+(big), its Table 2 figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from lightning_modules.config import ModelConfig
+
+from .records import write_atomic
+
+if TYPE_CHECKING:
+    from .tables import RowResult, RunRecord, Table
+
+ROWS = ("base", "big")
+SUSTAINED_FILE = "sustained_flops.json"
+# Sustained FLOP/s of one device where no measurement is recorded: the paper's estimate for its GPUs.
+DOCUMENTED_FLOPS = {"P100": 9.5e12}
+
+
+@dataclass(frozen=True)
+class PaperRow:
+    bleu: float  # newstest2014 EN-DE, tokenized (compound-split) BLEU
+    cost: float  # training FLOPs by time × GPUs × sustained FLOP/s
+    seconds: float
+    devices: int
+
+
+PAPER = {
+    "base": PaperRow(27.3, 3.3e18, 12 * 3600, 8),  # 100K steps at 0.4 s on 8 P100
+    "big": PaperRow(28.4, 2.3e19, 3.5 * 24 * 3600, 8),  # 300K steps at 1.0 s on 8 P100
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The two ways of counting
+# --------------------------------------------------------------------------------------------------------------
+
+
+def multiply_adds_per_token(model: ModelConfig) -> tuple[int, int]:
+    """(per source token, per target token) multiply-adds of the weight matrices, from the model's own layers."""
+    import torch
+    from torch import nn
+
+    from lightning_modules.transformer import Transformer
+
+    with torch.device("meta"):
+        network = Transformer(model)
+    source = target = 0
+    for name, module in network.named_modules():
+        if not isinstance(module, nn.Linear):
+            continue
+        size = module.in_features * module.out_features
+        # Cross-attention keys and values are projections of the encoder's output: once per source token.
+        if name.startswith("encoder.") or (".cross_attn." in name and name.endswith(("k_proj", "v_proj"))):
+            source += size
+        else:
+            target += size
+    return source, target
+
+
+def counted_training_flops(model: ModelConfig, target_tokens: float, source_tokens: Optional[float] = None) -> float:
+    """3 × forward FLOPs: 2 FLOPs per multiply-add, forward once and backward (≈ 2 × forward) once per token."""
+    per_source, per_target = multiply_adds_per_token(model)
+    source_tokens = target_tokens if source_tokens is None else source_tokens
+    return 3 * 2 * (per_source * source_tokens + per_target * target_tokens)
+
+
+def paper_method_flops(seconds: float, devices: int, flops_per_second: float) -> float:
+    """The paper's training cost: time × number of devices × sustained FLOP/s of one device."""
+    if seconds < 0 or devices < 1 or flops_per_second <= 0:
+        raise ValueError(f"paper_method_flops: seconds = {seconds}, devices = {devices}, flops_per_second = "
+                         f"{flops_per_second}: expected seconds >= 0, devices >= 1, a positive FLOP/s")
+    return seconds * devices * flops_per_second
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # as the table shows it
+    count: int  # devices the run used: GPUs, or threads on a CPU
+    flops_per_second: Optional[float]  # sustained, one device
+    source: str  # where the figure comes from, or why there is none
+
+
+def read_sustained(out: Path) -> dict[str, Mapping[str, Any]]:
+    path = out / SUSTAINED_FILE
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of device keys to measurements")
+    return data
+
+
+def device_key(metrics: Mapping[str, Any]) -> str:
+    device = str(metrics.get("device") or "unknown")
+    return f"cpu:{metrics.get('cpu_model') or 'unknown'}" if device == "cpu" else f"gpu:{device}"
+
+
+def run_device(metrics: Mapping[str, Any], sustained: Mapping[str, Mapping[str, Any]]) -> Device:
+    key = device_key(metrics)
+    cpu = key.startswith("cpu:")
+    count = int(metrics.get("torch_threads") or 1) if cpu else int(metrics.get("devices") or 1)
+    name = f"{key[4:]} ({'thread' if cpu else 'GPU'})"
+    measured = sustained.get(key)
+    if measured and isinstance(measured.get("flops_per_second"), (int, float)):
+        return Device(name, count, float(measured["flops_per_second"]), f"measured: {measured.get('method', '?')}, "
+                      f"{measured.get('measured_at', 'date not recorded')}")
+    documented = next((value for gpu, value in DOCUMENTED_FLOPS.items() if not cpu and gpu in key), None)
+    if documented is not None:
+        return Device(name, count, documented, "the paper's estimate")
+    return Device(name, count, None, f"no sustained FLOP/s recorded for {key} (run `ablate complexity` on that machine)")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostRow:
+    row: str
+    status: str
+    seeds: str  # done/expected
+    test_bleu: Optional[float]
+    test_bleu_tok: Optional[float]
+    steps: Optional[float]
+    train_minutes: Optional[float]
+    device: Optional[Device]
+    paper_method: Optional[float]
+    counted: Optional[float]
+    paper: PaperRow
+
+
+def mean(values: list[Optional[float]]) -> Optional[float]:
+    values = [float(v) for v in values if isinstance(v, (int, float))]
+    return statistics.fmean(values) if values else None
+
+
+def scaled_mean(values: list[Optional[float]], factor: float) -> Optional[float]:
+    value = mean(values)
+    return None if value is None else value * factor
+
+
+def training_seconds(run: "RunRecord") -> Optional[float]:
+    """Training time, evaluation excluded as in the paper's 12 hours; the wall time where a run lacks it."""
+    seconds = run.metrics.get("train_seconds", run.metrics.get("wall_seconds"))
+    return None if seconds is None else float(seconds)
+
+
+def run_paper_method(run: "RunRecord", sustained: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
+    seconds = training_seconds(run)
+    device = run_device(run.metrics, sustained)
+    if seconds is None or device.flops_per_second is None:
+        return None
+    return paper_method_flops(seconds, device.count, device.flops_per_second)
+
+
+def run_counted(run: "RunRecord") -> Optional[float]:
+    tokens = run.metrics.get("train_tokens")
+    return None if tokens is None else counted_training_flops(run.spec.config.model, float(tokens))
+
+
+def cost_row(result: "RowResult", sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:
+    done = result.done
+    devices = sorted({run_device(run.metrics, sustained) for run in done}, key=repr)
+    return CostRow(
+        row=result.row.id, status=result.status, seeds=f"{len(done)}/{len(result.runs)}",
+        test_bleu=mean([run.metrics.get("test_bleu") for run in done]),
+        test_bleu_tok=mean([run.metrics.get("test_bleu_tok") for run in done]),
+        steps=mean([run.metrics.get("steps") for run in done]),
+        train_minutes=scaled_mean([training_seconds(run) for run in done], 1 / 60),
+        device=devices[0] if len(devices) == 1 else None,
+        paper_method=mean([run_paper_method(run, sustained) for run in done]),
+        counted=mean([run_counted(run) for run in done]),
+        paper=PAPER[result.row.id],
+    )
+
+
+@dataclass(frozen=True)
+class CostTable:
+    sweep: str
+    scale: str
+    rows: tuple[CostRow, ...]
+    notes: tuple[str, ...]
+
+
+def build_cost_table(table: "Table", out: str | Path) -> Optional[CostTable]:
+    """Table 2 for the table's scale, or None when the sweep lacks a `base` or a `big` row."""
+    results = {result.row.id: result for result in table.rows}
+    if not all(row in results for row in ROWS):
+        return None
+    sustained = read_sustained(Path(out))
+    rows = tuple(cost_row(results[row], sustained) for row in ROWS)
+    notes = [
+        f"Measured at scale {table.scale.name} ({table.sweep.name} sweep), mean over done seeds, on the built-in or "
+        "configured test split; the paper's columns are newstest2014 EN-DE at full size.",
+        "BLEU is detokenized sacreBLEU 13a; BLEU tok is the paper's compound-split tokenized BLEU (the paper's Table 2 "
+        "reports the latter).",
+        "Cost (paper's method) = training time × devices × sustained FLOP/s of one device, as the paper computes it "
+        "(its base: 12 h × 8 P100 × 9.5 TFLOPS). On a CPU a device is a thread.",
+        "Cost (counted) = 3 × forward FLOPs of the model's weight matrices over the trained tokens (source tokens "
+        "taken equal to the recorded target tokens; attention products, norms and softmax not counted).",
+        "Paper cost counted by the same rule: base 9.5e17 and big 9.6e18 (63M and 213M parameters, 2.5e9 and 7.5e9 "
+        "target tokens), i.e. the paper's figures assume about 29 % and 42 % of the P100's 9.5 TFLOPS.",
+    ]
+    for row in rows:
+        if row.device is not None and row.device.flops_per_second is None:
+            notes.append(f"{row.row}: {row.device.source}.")
+        elif row.device is not None:
+            notes.append(f"{row.row}: {row.device.count} × {row.device.name} at {sci(row.device.flops_per_second)} "
+                         f"FLOP/s ({row.device.source}).")
+        elif row.status != "done":
+            notes.append(f"{row.row}: no done run ({row.status}); its measured cells are blank.")
+    return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes))
+
+
+def sci(value: Optional[float]) -> str:
+    if value is None:
+        return ""
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def fixed(value: Optional[float], digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+COLUMNS = ("model", "BLEU (test)", "BLEU tok (test)", "paper BLEU EN-DE", "steps", "train time (min)",
+           "cost, paper's method (FLOPs)", "cost, counted (FLOPs)", "paper cost (FLOPs)", "seeds")
+
+
+def display(row: CostRow) -> list[str]:
+    done = row.status == "done"
+    return [f"Transformer ({row.row})", fixed(row.test_bleu, 1) if done else row.status,
+            fixed(row.test_bleu_tok, 1) if done else row.status, f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
+            fixed(row.train_minutes, 1), sci(row.paper_method), sci(row.counted), sci(row.paper.cost), row.seeds]
+
+
+def render_markdown(cost: CostTable) -> str:
+    lines = [f"# Table 2 at scale {cost.scale}: test BLEU and training cost", "",
+             "| " + " | ".join(COLUMNS) + " |", "|:---|" + "---:|" * (len(COLUMNS) - 2) + ":---|"]
+    lines += ["| " + " | ".join(display(row)) + " |" for row in cost.rows]
+    lines += ["", "Notes:", ""] + [f"- {note}" for note in cost.notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(cost: CostTable) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["row", "status", "seeds", "test_bleu", "test_bleu_tok", "paper_bleu", "steps", "train_seconds",
+                     "devices", "device", "sustained_flops_per_second", "cost_paper_method", "cost_counted", "paper_cost"])
+    for row in cost.rows:
+        device = row.device
+        writer.writerow([row.row, row.status, row.seeds, fixed(row.test_bleu, 4), fixed(row.test_bleu_tok, 4),
+                         f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
+                         "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
+                         "" if device is None else str(device.count), "" if device is None else device.name,
+                         "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
+                         "" if row.paper_method is None else f"{row.paper_method:.4e}",
+                         "" if row.counted is None else f"{row.counted:.4e}", f"{row.paper.cost:.4e}"])
+    return buffer.getvalue()
+
+
+def render_tex(cost: CostTable) -> str:
+    from .tables import escape_tex
+
+    lines = ["% Generated by `ablate table` from run records; needs \\usepackage{booktabs}.",
+             r"\begin{table}[t]", r"\centering", r"\caption{" + escape_tex(f"Table 2 at scale {cost.scale}") + "}",
+             r"\begin{tabular}{l" + "r" * (len(COLUMNS) - 2) + "l}", r"\toprule",
+             " & ".join(escape_tex(c) for c in COLUMNS) + r" \\", r"\midrule"]
+    lines += [" & ".join(escape_tex(cell) for cell in display(row)) + r" \\" for row in cost.rows]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
+    lines += [escape_tex(note) + r"\par" for note in cost.notes]
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def write_cost_table(cost: CostTable, out: str | Path) -> list[Path]:
+    stem = Path(out) / f"table2_{cost.scale}"
+    paths = []
+    for suffix, render in ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex)):
+        path = stem.with_suffix(suffix)
+        write_atomic(path, render(cost))
+        paths.append(path)
+    return paths

@@ -1,0 +1,257 @@
+"""A sweep's plots, from the same records as its table: `ablate table` writes them beside it.
+
+Three figures per sweep and scale, each as PNG and SVG under `<out>/plots/`:
+
+* `<sweep>_<scale>_delta_bleu`: dev BLEU minus base's per row (mean over done seeds, each seed a dot), beside
+  the paper's Δ in a panel of its own (the scales differ by an order of magnitude at small budgets);
+* `<sweep>_<scale>_dev_ppl`: dev perplexity against training steps, one panel per row group, base in grey;
+* `<sweep>_<scale>_params_bleu`: parameters against dev BLEU per row, ours beside the paper's.
+
+A row without a done run is drawn as a labelled gap ("missing", "failed", ...), never as a zero. The bytes
+depend only on the records: matplotlib's dates, software versions and random SVG ids are switched off.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from .tables import RowResult, Table
+
+CURVE_KEYS = ("dev/ppl", "dev/bleu", "train/loss")
+PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
+FORMATS = ("png", "svg")
+# Each backend stamps its own metadata; None removes the entry so that a rebuild gives the same bytes.
+METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
+HASH_SALT = "attention-ablations"  # SVG element ids derive from this salt instead of a random one
+DPI = 100
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Curves from a published record
+# --------------------------------------------------------------------------------------------------------------
+
+
+def read_curves(folder: Optional[Path]) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) series of a record's `curves-<attempt>.csv` files, attempts in order, by step.
+
+    The `-final` files hold the separate final evaluation (logged at step 0), not points of the curve.
+    """
+    curves: dict[str, dict[int, float]] = {key: {} for key in CURVE_KEYS}
+    if folder is None:
+        return {key: [] for key in CURVE_KEYS}
+    for path in sorted(Path(folder).glob("curves-*.csv"), key=attempt_order):
+        if path.stem.endswith("-final"):
+            continue
+        with path.open(encoding="utf-8", newline="") as handle:
+            for line in csv.DictReader(handle):
+                step = line.get("step")
+                for key in CURVE_KEYS:
+                    value = line.get(key)
+                    if step and value:
+                        curves[key][int(float(step))] = float(value)  # a resumed attempt overwrites repeated steps
+    return {key: sorted(points.items()) for key, points in curves.items()}
+
+
+def attempt_order(path: Path) -> tuple[int, str]:
+    """curves-attempt-10.csv after curves-attempt-9.csv."""
+    number = path.stem.removeprefix("curves-attempt-").split("-")[0]
+    return (int(number) if number.isdigit() else 0, path.name)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------------------------
+
+
+def pyplot():
+    """matplotlib, imported only when plots are drawn, with a file-only backend and deterministic output."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": HASH_SALT, "svg.fonttype": "path", "font.size": 9, "axes.titlesize": 10})
+    return plt
+
+
+def plot_stem(table: "Table", kind: str) -> str:
+    return f"{table.sweep.name}_{table.scale.name}_{kind}"
+
+
+def seed_deltas(result: "RowResult", base: "RowResult", key: str) -> list[float]:
+    """The row's per-seed values minus base's mean: the spread behind the mean bar."""
+    base_mean = base.mean(key)
+    if base_mean is None:
+        return []
+    values = [run.metrics.get(key) for run in result.done]
+    return [float(value) - base_mean for value in values if isinstance(value, (int, float))]
+
+
+def draw_delta_bleu(plt, table: "Table"):
+    from .tables import deltas
+
+    rows = [result for result in table.rows if result is not table.base]
+    labels = [result.row.id for result in rows]
+    positions = list(range(len(rows)))[::-1]  # first row on top, as in the table
+    figure, (ours, paper) = plt.subplots(1, 2, figsize=(9, 0.32 * len(rows) + 1.6), sharey=True,
+                                        layout="constrained")
+    for axis in (ours, paper):
+        axis.axvline(0, color="black", linewidth=0.8)
+        axis.grid(axis="x", linewidth=0.3)
+    for y, result in zip(positions, rows):
+        delta = deltas(result, table.base)
+        if delta["delta_bleu"] is None:
+            why = result.status if table.base.done else f"base {table.base.status}"
+            ours.text(0, y, f" {why}", va="center", ha="left", fontsize=7, color="0.4", style="italic")
+        else:
+            ours.barh(y, delta["delta_bleu"], color="tab:blue", height=0.6)
+            spread = seed_deltas(result, table.base, "dev_bleu")
+            ours.plot(spread, [y] * len(spread), "o", color="black", markersize=2.5)
+        if delta["paper_delta_bleu"] is None:
+            paper.text(0, y, " not in the paper", va="center", ha="left", fontsize=7, color="0.4", style="italic")
+        else:
+            paper.barh(y, delta["paper_delta_bleu"], color="tab:orange", height=0.6)
+    ours.set_yticks(positions, labels)
+    ours.set_title(f"measured at scale {table.scale.name} (dev, sacreBLEU)")
+    paper.set_title("paper (newstest2013)")
+    ours.set_xlabel(f"Δ BLEU vs {table.base.row.id} (bar: mean, dots: seeds)")
+    paper.set_xlabel(f"Δ BLEU vs {table.base.row.id}")
+    figure.suptitle(f"{table.sweep.name} at {table.scale.name}: Δ BLEU per row")
+    return figure
+
+
+def groups_in_order(table: "Table") -> list[str]:
+    return list(dict.fromkeys(result.row.group for result in table.rows))
+
+
+def draw_dev_ppl(plt, table: "Table", curves: Mapping[str, Mapping[str, list]]):
+    from matplotlib.ticker import FormatStrFormatter, LogLocator
+
+    groups = [group for group in groups_in_order(table) if group != table.base.row.group] or [table.base.row.group]
+    columns = min(3, len(groups))
+    rows = -(-len(groups) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.6 * rows + 0.6), squeeze=False,
+                             layout="constrained")
+    for axis in axes.flat[len(groups):]:
+        axis.set_visible(False)
+    base_runs = [run for run in table.base.runs if run.spec.run_id in curves]
+    for axis, group in zip(axes.flat, groups):
+        members = [result for result in table.rows if result.row.group == group]
+        if group != table.base.row.group:
+            for run in base_runs:
+                draw_curve(axis, curves[run.spec.run_id]["dev/ppl"], f"{table.base.row.id}" if run is base_runs[0] else None,
+                           color="0.6", linestyle="--")
+        absent = []
+        for index, result in enumerate(members):
+            drawn = [run for run in result.runs if curves.get(run.spec.run_id, {}).get("dev/ppl")]
+            for run in drawn:
+                draw_curve(axis, curves[run.spec.run_id]["dev/ppl"], result.row.id if run is drawn[0] else None,
+                           color=f"C{index}")
+            if not drawn:
+                absent.append(f"{result.row.id}: {result.status}")
+        if absent:
+            axis.text(0.98, 0.98, "no curve\n" + "\n".join(absent), transform=axis.transAxes, ha="right", va="top",
+                      fontsize=7, color="0.4", style="italic")
+        axis.set_title(f"group {group}")
+        axis.set_xlabel("step")
+        axis.set_ylabel("dev PPL")
+        axis.set_yscale("log")
+        axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.yaxis.set_minor_locator(LogLocator(subs=(2, 3, 5)))  # labelled minor ticks, not crowded ones
+        axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        axis.grid(linewidth=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7, loc="lower left")
+    figure.suptitle(f"{table.sweep.name} at {table.scale.name}: dev perplexity per word piece against steps")
+    return figure
+
+
+def draw_curve(axis, points: Sequence[tuple[int, float]], label: Optional[str], **style: Any) -> None:
+    if points:
+        steps, values = zip(*points)
+        axis.plot(steps, values, marker="o", markersize=3, linewidth=1, label=label, **style)
+
+
+def draw_params_bleu(plt, table: "Table"):
+    figure, (ours, paper) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
+    missing = []
+    for result in table.rows:
+        params, bleu = result.mean("params_m"), result.mean("dev_bleu")
+        if params is None or bleu is None:
+            missing.append(f"{result.row.id} ({result.status})")
+            continue
+        ours.plot([params], [bleu], "o", color="tab:blue")
+        ours.annotate(result.row.id, (params, bleu), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    base_params, drawn = table.base.row.paper.params_m, 0
+    for result in table.rows:
+        # The paper leaves the count blank where it equals base's: draw those rows at base's count.
+        params = result.row.paper.params_m if result.row.paper.params_m is not None else base_params
+        if params is None or result.row.paper.bleu is None:
+            continue
+        drawn += 1
+        paper.plot([params], [result.row.paper.bleu], "o", color="tab:orange")
+        paper.annotate(result.row.id, (params, result.row.paper.bleu), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    if not drawn:
+        paper.text(0.5, 0.5, f"{table.sweep.path.name} states no paper figures", transform=paper.transAxes, ha="center",
+                   fontsize=8, color="0.4", style="italic")
+    if missing:
+        lines = [", ".join(missing[i:i + 4]) for i in range(0, len(missing), 4)]
+        ours.text(0.02, 0.02, "no done run:\n" + "\n".join(lines), transform=ours.transAxes, fontsize=6, color="0.4",
+                  style="italic", va="bottom")
+    ours.set_title(f"measured at scale {table.scale.name}")
+    ours.set_xlabel("parameters (millions)")
+    ours.set_ylabel("dev BLEU (sacreBLEU)")
+    paper.set_title("paper")
+    paper.set_xlabel("parameters (millions)")
+    paper.set_ylabel("dev BLEU")
+    for axis in (ours, paper):
+        axis.grid(linewidth=0.3)
+    figure.suptitle(f"{table.sweep.name} at {table.scale.name}: parameters against BLEU")
+    return figure
+
+
+def table_curves(table: "Table") -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """run id -> curves, for published runs only: a running run's curves still grow."""
+    from .tables import PUBLISHED
+
+    return {run.spec.run_id: read_curves(run.folder) for result in table.rows for run in result.runs
+            if run.status in PUBLISHED and run.folder is not None}
+
+
+def save(plt, figure, stem: Path) -> list[Path]:
+    import io
+
+    paths = []
+    for fmt in FORMATS:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt], bbox_inches="tight")
+        path = stem.with_suffix(f".{fmt}")
+        data = buffer.getvalue()
+        if not (path.is_file() and path.read_bytes() == data):  # an unchanged plot keeps its file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        paths.append(path)
+    plt.close(figure)
+    return paths
+
+
+def write_plots(table: "Table", out: str | Path, curves: Optional[Mapping[str, Mapping[str, list]]] = None) -> list[Path]:
+    """The sweep's three figures as PNG and SVG under `<out>/plots/`; returns the files written."""
+    plt = pyplot()
+    curves = table_curves(table) if curves is None else curves
+    directory = Path(out) / "plots"
+    figures = {
+        "delta_bleu": lambda: draw_delta_bleu(plt, table),
+        "dev_ppl": lambda: draw_dev_ppl(plt, table, curves),
+        "params_bleu": lambda: draw_params_bleu(plt, table),
+    }
+    paths = []
+    for kind in PLOT_KINDS:
+        paths += save(plt, figures[kind](), directory / plot_stem(table, kind))
+    return paths
+
