@@ -74,7 +74,10 @@ def build_config(values: Mapping[str, Any], where: str) -> RunConfig:
     try:
         return RunConfig.from_dict(values)
     except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
+        # Name the field as sweep files write it too: `train.max_steps = None` comes from `train_steps: null`.
+        written = [alias for alias, target in ALIASES.items() if str(error).startswith(f"{target} ")]
+        hint = f" (written {written[0]} in paper units)" if written else ""
+        raise ValueError(f"{where}: {error}{hint}") from None
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,14 @@ class Scale:
     width_divisor: int
     steps_scale: float
     settings: Mapping[str, Any]
+    max_steps: Optional[int] = None  # a cap on every row's scaled train steps (None: no cap)
+
+    def steps(self, paper_steps: int) -> int:
+        steps = max(1, round(paper_steps * self.steps_scale))
+        return steps if self.max_steps is None else min(steps, self.max_steps)
+
+    def describe_steps(self) -> str:
+        return f"steps × {self.steps_scale:g}" + ("" if self.max_steps is None else f", at most {self.max_steps:,}")
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,8 @@ def read_yaml(path: Path) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ValueError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason})") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -207,18 +220,21 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
     for name, raw in data.items():
         where = f"{path}: {name}"
         _expect(isinstance(raw, dict), where, "a mapping", raw)
-        extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "settings"})
+        extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "max_steps", "settings"})
         if extra:
-            raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: description, settings, steps_scale, width_divisor")
+            raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: description, max_steps, settings, steps_scale, width_divisor")
         divisor = raw.get("width_divisor", 1)
         _expect(isinstance(divisor, int) and not isinstance(divisor, bool) and divisor >= 1, f"{where}.width_divisor", "a positive integer", divisor)
         steps_scale = raw.get("steps_scale", 1.0)
         _expect(isinstance(steps_scale, (int, float)) and not isinstance(steps_scale, bool) and steps_scale > 0,
                 f"{where}.steps_scale", "a positive number", steps_scale)
+        max_steps = raw.get("max_steps")
+        _expect(max_steps is None or (isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps >= 1),
+                f"{where}.max_steps", "a positive integer (or absent: no cap)", max_steps)
         settings = _mapping(raw.get("settings"), f"{where}.settings")
         for key in settings:
             canonical_key(str(key), f"{where}.settings")
-        scales[name] = Scale(name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings))
+        scales[name] = Scale(name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings), max_steps)
     return scales
 
 
@@ -247,7 +263,7 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
         if model[name] % scale.width_divisor:
             raise ValueError(f"{where}: model.{name} = {model[name]} is not divisible by width_divisor {scale.width_divisor}")
         model[name] //= scale.width_divisor
-    values["train"]["max_steps"] = max(1, round(values["train"]["max_steps"] * scale.steps_scale))
+    values["train"]["max_steps"] = scale.steps(values["train"]["max_steps"])
     values["seed"] = seed
     values = apply_overrides(values, sets, "--set")
     return build_config(values, where)

@@ -417,7 +417,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         ("Sweep", f"{sweep.name} ({sweep.path.name}): {sweep.description or 'no description'}; "
                   f"{len(sweep.rows)} rows, seeds {', '.join(map(str, sweep.seeds))}"),
         ("Scale", f"{scale.name}: {scale.description or 'no description'}; widths ÷ {scale.width_divisor}, "
-                  f"steps × {scale.steps_scale:g}"),
+                  f"{scale.describe_steps()}"),
         ("Scale settings", ", ".join(f"{key}={plain(value)}" for key, value in sorted(scale.settings.items())) or "none"),
         ("Data", distinct([describe_data(run.spec.config.data) for run in records], "none")),
         ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
@@ -432,7 +432,8 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
 def notes(sweep: Sweep, scale: Scale, base: Row, results: Sequence[RowResult]) -> tuple[str, ...]:
     lines = [
         f"Hyperparameters are in the paper's units; a blank cell is {base.id}'s value. At scale {scale.name}, "
-        f"widths are divided by {scale.width_divisor} and train steps multiplied by {scale.steps_scale:g}.",
+        f"widths are divided by {scale.width_divisor} and train steps multiplied by {scale.steps_scale:g}"
+        + ("." if scale.max_steps is None else f", at most {scale.max_steps:,}."),
         "Measured on the dev set: PPL per word piece; BLEU is sacreBLEU, BLEU tok the paper's tokenized BLEU. "
         "Cells are mean ± sample std over the done seeds (std from two seeds on); seeds = done/expected, and "
         "runs not done are named and left out of the means.",

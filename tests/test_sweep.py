@@ -143,6 +143,21 @@ def test_expansion_is_pure_and_stable(corpus, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_scale_can_cap_every_rows_steps(corpus, tmp_path):
+    path = write_sweep(tmp_path, corpus, {"base": {}, "long": {"train_steps": 300000}})
+    scales = yaml.safe_load((tmp_path / "scales.yaml").read_text())
+    assert [s.config.train.max_steps for s in expand(load_sweep(path), scales_for(path)["test"])] == [5, 15]
+    scales["test"]["max_steps"] = 8
+    (tmp_path / "scales.yaml").write_text(yaml.safe_dump(scales))
+    assert [s.config.train.max_steps for s in expand(load_sweep(path), scales_for(path)["test"])] == [5, 8]
+    assert scales_for(path)["test"].describe_steps() == "steps × 5e-05, at most 8"
+    for bad in (0, 2.5, "ten", True):
+        scales["test"]["max_steps"] = bad
+        (tmp_path / "scales.yaml").write_text(yaml.safe_dump(scales))
+        with pytest.raises(ValueError, match=r"test\.max_steps = .*expected a positive integer"):
+            scales_for(path)
+
+
 # --------------------------------------------------------------------------------------------------
 # The launcher, with a stand-in for training
 # --------------------------------------------------------------------------------------------------
