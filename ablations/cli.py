@@ -259,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .search import add_search_parser
 
     add_search_parser(sub)
+    from .bench import add_bench_parser
+
+    add_bench_parser(sub)
     from .complexity import add_complexity_parser
 
     add_complexity_parser(sub)

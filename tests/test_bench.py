@@ -1,0 +1,138 @@
+"""The measurement helpers of `ablate bench`: what they compute must be right before their figures mean anything."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ablations import bench
+from ablations.bench import BenchOptions
+from lightning_modules.config import ModelConfig
+from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler
+from lightning_modules.transformer import Transformer
+
+
+def test_padding_efficiency_counts_real_over_padded_tokens():
+    # One batch of lengths (2, 4) / (3, 3): real 2+4+3+3 = 12, padded 2*4 + 2*3 = 14.
+    sampler = TokenBudgetBatchSampler([2, 4], [3, 3], max_tokens=100, shuffle=False)
+    assert bench.padding_efficiency(sampler) == pytest.approx(12 / 14)
+
+
+def test_bucketing_pads_less_than_random_order():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 60, size=2000)
+    padding = bench.bucketed_and_unbucketed(lengths, lengths + 1, batch_tokens=512)
+    assert padding["bucketed"] > 0.95 > padding["unbucketed"]
+
+
+def test_ratio_is_ours_over_theirs_for_rates():
+    assert bench.ratio(300.0, 100.0) == 3.0
+    assert bench.ratio(1.0, 0.0) == float("inf")
+
+
+def test_interleave_runs_contenders_in_turn_each_round():
+    calls = []
+
+    def contender(name):
+        def measure():
+            calls.append(name)
+            return {"wall": float(len(calls)), "cpu": 0.0}
+        return measure
+
+    times = bench.interleave({"a": contender("a"), "b": contender("b")}, rounds=3)
+    assert calls == ["a", "b"] * 3
+    assert bench.median_seconds(times["a"], "wall") == 3.0  # rounds at 1, 3, 5
+
+
+def test_training_flops_match_torch_flop_counter(one_thread):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = ModelConfig(vocab_size=50, N=2, d_model=16, d_ff=24, h=4, P_drop=0.0, max_positions=64)
+    model = Transformer(cfg).eval()
+    src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 5))
+    # The math backend spells attention out as matmuls, which the counter sees (the fused CPU kernel it does not).
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
+        model(src, tgt)
+    assert bench.training_flops(cfg, (3, 7), (3, 5)) == pytest.approx(3 * counter.get_total_flops(), rel=1e-9)
+
+
+def test_options_name_the_bad_field():
+    with pytest.raises(ValueError, match="bench.rounds"):
+        BenchOptions(rounds=0)
+    with pytest.raises(ValueError, match="bench.precision"):
+        BenchOptions(precision="fp8")
+    with pytest.raises(ValueError, match="bench.clock"):
+        BenchOptions(clock="cycles")
+    assert BenchOptions.quick().rounds < BenchOptions().rounds
+
+
+def test_half_split_order_maps_marian_sinusoids_to_ours():
+    from lightning_modules.positional import sinusoids
+
+    ours = sinusoids(20, 8)
+    half_split = torch.cat([ours[:, 0::2], ours[:, 1::2]], dim=1)  # Marian: all sines, then all cosines
+    assert torch.equal(ours[:, bench.half_split_order(8)], half_split)
+
+
+def _small_model(seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=40, N=2, d_model=16, d_ff=32, h=4, P_drop=0.0, max_positions=64)
+    return Transformer(cfg).eval()
+
+
+def _sources() -> torch.Tensor:
+    src = torch.randint(4, 40, (5, 6))
+    src[:, -1] = EOS_ID
+    src[3, 3:] = PAD_ID
+    return src
+
+
+def test_marian_holds_our_weights_and_computes_our_logits(one_thread):
+    pytest.importorskip("transformers")
+    model = _small_model()
+    marian = bench.marian_from_ours(model)
+    src = _sources()
+    tgt_in = torch.cat([torch.full((5, 1), BOS_ID), torch.randint(4, 40, (5, 4))], dim=1)
+    assert bench.logit_difference(model, marian, src, tgt_in) < 1e-4
+
+
+def test_marian_copy_refuses_what_marian_cannot_express():
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    pre_norm = Transformer(ModelConfig(vocab_size=40, N=1, d_model=16, d_ff=32, h=4, norm_placement="pre"))
+    with pytest.raises(ValueError, match="post-norm"):
+        bench.marian_from_ours(pre_norm)
+
+
+def test_cached_and_uncached_decoding_agree_and_hf_decodes_the_same_model(one_thread):
+    pytest.importorskip("transformers")
+    model = _small_model(seed=1)
+    sources = [_sources()]
+    cached = bench.decode_ours(model, sources, beam_size=4, use_cache=True)
+    assert cached == bench.decode_ours(model, sources, beam_size=4, use_cache=False)
+    hf = bench.decode_hf(bench.marian_from_ours(model), sources, beam_size=4)
+    assert len(hf) == len(cached)
+    assert all(PAD_ID not in out and BOS_ID not in out and EOS_ID not in out for out in hf)
+
+
+@pytest.mark.slow
+def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    options = BenchOptions.quick(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=120, batch_tokens=256, corpus_pairs=400,
+                                 rounds=2, decode_sentences=6, decode_batch_sentences=3, levers=True)
+    result = bench.run_bench(options)
+    for key in bench.RATIO_KEYS:
+        assert result[key] > 0
+    assert set(result["padding_efficiency"]) == {"generated"}
+    assert 0 < result["padding_efficiency"]["generated"] <= 1
+    assert result["decode"]["cached_equals_uncached"]
+    assert result["decode"]["max_logit_difference_vs_marian"] < 1e-4
+    assert {"fused_attention", "bf16_autocast", "fused_adam"} <= set(result["levers"])
+    assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
+    markdown = bench.to_markdown(result, "ablate bench --quick")
+    assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown
