@@ -62,7 +62,7 @@ class ComplexityConfig:
     d: int = 64  # width for the sweep over n
     ns: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
     n_for_d: int = 256  # length for the sweep over d
-    ds: tuple[int, ...] = (32, 64, 128, 256, 512)
+    ds: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)  # to 1024: small widths are per-step overhead for the RNN
     r: int = 15  # restricted neighbourhood: r positions centred on the query (odd)
     k: int = 3  # convolution kernel (odd)
     fit_points: int = 4  # the largest sizes the exponents are fitted on
