@@ -6,11 +6,13 @@ A run folder holds `config.yaml` (the resolved config and where the run comes fr
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import yaml
 
@@ -19,22 +21,47 @@ from lightning_modules.config import RunConfig
 STATUSES = ("pending", "running", "done", "failed", "diverged")
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
+METRICS_LOCK = ".metrics.lock"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write text to path so that a crash, kill or full disk leaves the previous file intact."""
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write data to path so that a crash, kill or full disk leaves the previous file intact.
+
+    A temporary file in the same folder (so the rename cannot cross file systems), flushed to disk before it is
+    renamed over the target; on any error (ENOSPC included) the temporary file is removed and the error raised.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (a power cut after it must not bring back the old file)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # not supported here (e.g. some network file systems): the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text (UTF-8) to path so that a crash, kill or full disk leaves the previous file intact."""
+    write_atomic_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -42,10 +69,13 @@ def write_json(path: Path, value: Any) -> None:
 
 
 def read_json(path: Path) -> Optional[dict[str, Any]]:
+    """The JSON document at path; None if there is none; a ValueError naming the file if it is unreadable."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a valid JSON record ({error}); move it away to start the run afresh") from None
 
 
 def write_config(run_dir: Path, config: RunConfig, meta: dict[str, Any]) -> None:
@@ -76,12 +106,31 @@ def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(Path(run_dir) / METRICS_FILE)
 
 
+@contextmanager
+def _record_lock(run_dir: Path) -> Iterator[None]:
+    """Serialise read-modify-write of one run's metrics.json across processes (launcher, trainer, job wrapper).
+
+    Atomic renames alone keep every version whole, but two writers that read the same version would each drop
+    the other's fields. A blocking flock on `<run>/.metrics.lock`, held only for the few milliseconds of an update.
+    """
+    path = Path(run_dir) / METRICS_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def update_metrics(run_dir: Path, **values: Any) -> dict[str, Any]:
-    record = read_metrics(run_dir) or {}
-    record.update(values)
-    if record.get("status") not in STATUSES:
-        raise ValueError(f"status {record.get('status')!r}: expected one of {', '.join(STATUSES)}")
-    write_json(Path(run_dir) / METRICS_FILE, record)
+    """Merge values into the run's metrics.json (atomically, and without losing a concurrent writer's fields)."""
+    with _record_lock(run_dir):
+        record = read_metrics(run_dir) or {}
+        record.update(values)
+        if record.get("status") not in STATUSES:
+            raise ValueError(f"status {record.get('status')!r}: expected one of {', '.join(STATUSES)}")
+        write_json(Path(run_dir) / METRICS_FILE, record)
     return record
 
 

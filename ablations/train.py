@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
 import platform
 import subprocess
+import sys
 import time
 import traceback
+import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from tqdm.auto import tqdm
@@ -23,7 +27,7 @@ from lightning_modules.config import RunConfig
 from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, dataset_directory
 from lightning_modules.module import TranslationModule
 
-from .records import read_metrics, update_metrics, write_atomic, write_config
+from .records import read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
 from .search import optuna_callbacks_from_env
 
 DEFAULT_CACHE = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "attention-ablations"))
@@ -149,9 +153,70 @@ def cluster_plugins() -> list:
     return []
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written like records: serialised in memory, then a temporary file renamed into place.
+
+    Lightning's own writer truncates the target and writes into it (through a temporary file in /tmp, moved across
+    file systems), so a kill or a full disk in the middle leaves a truncated `last.ckpt`; here the previous file stays
+    whole until the new one is complete on disk, and a failed write (ENOSPC) removes its temporary file and raises.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        write_atomic_bytes(Path(path), buffer.getbuffer())
+
+
+def checkpoint_problem(path: Path) -> Optional[str]:
+    """None if `path` is a whole training checkpoint that loads safely; else what is wrong with it.
+
+    The zip archive's CRCs catch truncation and flipped bytes; loading with weights_only=True (memory-mapped, so
+    cheap) catches anything that is not plain tensors and containers.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+        if damaged is not None:
+            return f"checksum mismatch in {damaged}"
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # truncated, corrupted or unsafe files raise many types
+        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    if not isinstance(state, dict) or not {"state_dict", "loops", "optimizer_states"} <= state.keys():
+        return "not a training checkpoint (no weights, loop or optimiser state)"
+    return None
+
+
+def resume_checkpoint(checkpoints: Path) -> tuple[Optional[Path], list[str]]:
+    """The checkpoint to resume from, and warnings about damaged ones.
+
+    `last.ckpt` if it is whole, else the newest whole `step-*.ckpt`, else None (train from scratch). Every damaged
+    checkpoint is renamed to `<name>.corrupt` (kept for inspection, never resumed from or averaged again).
+    """
+    candidates = [checkpoints / "last.ckpt", *reversed(step_checkpoints(checkpoints))]
+    chosen: Optional[Path] = None
+    warnings: list[str] = []
+    for path in candidates:
+        if not path.exists():
+            continue
+        problem = checkpoint_problem(path)
+        if problem is None:
+            chosen = chosen or path
+            continue
+        quarantined = path.with_name(path.name + ".corrupt")
+        os.replace(path, quarantined)
+        warnings.append(f"{path.name} is damaged ({problem}); moved to {quarantined.name}")
+    if warnings:
+        warnings.append(f"resuming from {chosen.name}" if chosen else "no whole checkpoint left: training from scratch")
+    return chosen, warnings
+
+
 def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt: int) -> list:
-    # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows.
-    loggers: list = [CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}")]
+    # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows. Every row is
+    # written as it is logged (Lightning's default keeps 100 in memory), so a killed run loses none that its last
+    # checkpoint covers.
+    loggers: list = [CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}", flush_logs_every_n_steps=1)]
     mode = os.environ.get("WANDB_MODE", "offline")
     if mode != "disabled":
         from .tracking import wandb_logger
@@ -178,7 +243,7 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
     started = time.time()
     if lead:
         write_config(run_dir, config, meta)
-        cleared = {key: None for key in ("reason", "log_tail") if previous.get(key) is not None}  # an earlier failure's
+        cleared = {key: None for key in ("reason", "log_tail", "failed_at", "diverged_step") if previous.get(key) is not None}  # an earlier failure's
         update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started,
                        devices=devices, **cleared)
 
@@ -202,9 +267,17 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         if progress:
             callbacks.append(StepProgress(train_cfg.max_steps))
         callbacks += optuna_callbacks_from_env()  # a trial of `ablate search`: report, maybe prune; else []
+        # Ranks >= 1 start inside rank 0's fit, after it moved damaged checkpoints away: they find the same one.
+        resume_from, warnings = resume_checkpoint(checkpoints)
+        for warning in warnings:
+            log.warning("%s: %s", run_dir, warning)
+            print(f"ablate train: warning: {run_dir}: {warning}", file=sys.stderr, flush=True)
+        if warnings and lead:
+            update_metrics(run_dir, checkpoint_warnings=list(previous.get("checkpoint_warnings") or []) + warnings)
         loggers = make_loggers(run_dir, config, meta, attempt)
         trainer = pl.Trainer(
-            accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto", plugins=cluster_plugins(),
+            accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto",
+            plugins=[*cluster_plugins(), AtomicCheckpointIO()],
             max_steps=train_cfg.max_steps, max_epochs=-1,
             max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
             val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
@@ -215,11 +288,16 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
             callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
             default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
         )
-        last = checkpoints / "last.ckpt"
-        trainer.fit(module, datamodule=data, ckpt_path=str(last) if last.exists() else None)
+        # weights_only: a checkpoint is data, never code (tensors, numbers, strings and containers only).
+        trainer.fit(module, datamodule=data, ckpt_path=str(resume_from) if resume_from else None, weights_only=True)
         train_seconds = module.train_seconds
         if not trainer.is_global_zero:
             return {}  # rank 0 evaluates and records
+        if module.diverged is not None:
+            step, loss = module.diverged["step"], module.diverged["loss"]
+            return update_metrics(run_dir, status="diverged", diverged_step=step, steps=step - 1,
+                                  reason=f"training loss {loss} at step {step}", train_tokens=module.train_tokens,
+                                  train_seconds=train_seconds, wall_seconds=time.time() - started, diverged_at=time.time())
         if trainer.world_size > 1 and torch.distributed.is_initialized():
             # Rank 0 evaluates alone: with the group still up, the evaluation waited on the departed ranks (a hang).
             torch.distributed.destroy_process_group()

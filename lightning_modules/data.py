@@ -199,17 +199,19 @@ def iter_pairs(src: Path, tgt: Path) -> Iterator[tuple[int, str, str]]:
     n = 0
     src_offset = tgt_offset = 0
     with open(src, "rb") as fs, open(tgt, "rb") as ft:
-        for raw_s, raw_t in zip(fs, ft):
+        # zip_longest, not zip: zip reads a line of the source before finding the target exhausted, and that line
+        # would go uncounted (a source one line longer than its target passed the check).
+        for raw_s, raw_t in itertools.zip_longest(fs, ft):
+            if raw_s is None or raw_t is None:
+                n_src = n + (raw_s is not None) + _count_rest(fs)
+                n_tgt = n + (raw_t is not None) + _count_rest(ft)
+                raise CorpusError(f"line counts differ: {src} has {n_src} lines, {tgt} has {n_tgt} lines")
             s = _decode_line(raw_s, src, n + 1, src_offset)
             t = _decode_line(raw_t, tgt, n + 1, tgt_offset)
             src_offset += len(raw_s)
             tgt_offset += len(raw_t)
             yield n, s, t
             n += 1
-        n_src = n + _count_rest(fs)
-        n_tgt = n + _count_rest(ft)
-    if n_src != n_tgt:
-        raise CorpusError(f"line counts differ: {src} has {n_src} lines, {tgt} has {n_tgt} lines")
 
 
 def _is_long(text: str, max_chars: Optional[int], max_words: Optional[int]) -> bool:
@@ -765,6 +767,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self.sampler = _EpochHook(self)
         self._packed: Optional[tuple[int, list[np.ndarray]]] = None  # (packing epoch, global batches)
+        self._resume: Optional[tuple[int, int]] = None  # (epoch, batches of it already consumed): see resume_at
 
     # -- packing ---------------------------------------------------------------------------------------------
     def _sort(self, idx: np.ndarray) -> np.ndarray:
@@ -842,10 +845,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
+    def resume_at(self, epoch: int, consumed: int) -> None:
+        """Make the next iterator over ``epoch`` start after its first ``consumed`` batches (a run resumed mid-epoch).
+
+        Applies once, and only if that iterator is for ``epoch``: a resumed run then sees exactly the batches an
+        uninterrupted run would have seen next, in the same order.
+        """
+        if consumed < 0 or epoch < 0:
+            raise ValueError(f"resume_at(epoch={epoch}, consumed={consumed}): expected non-negative integers")
+        self._resume = (int(epoch), int(consumed))
+
     def __iter__(self) -> Iterator[list[int]]:
         if self.epoch_fn is not None:
             self.epoch = int(self.epoch_fn())
-        return iter(self.batches(self.epoch))
+        batches = self.batches(self.epoch)
+        if self._resume is not None:
+            epoch, consumed = self._resume
+            self._resume = None
+            if epoch == self.epoch:
+                batches = batches[consumed:]
+        return iter(batches)
 
     def __len__(self) -> int:
         return len(self.global_batches(self.epoch if self.repack_each_epoch else 0)) // self.world_size
@@ -860,6 +879,29 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             pad_s += len(b) * int(s.max())
             pad_t += len(b) * int(t.max())
         return {"src": real_s / pad_s, "tgt": real_t / pad_t, "both": (real_s + real_t) / (pad_s + pad_t)}
+
+
+class ResumableLoader(DataLoader):
+    """The training loader, with the position in its epoch saved in Lightning checkpoints.
+
+    Lightning stores ``state_dict()`` of a training loader that has one in the checkpoint's loop state and calls
+    ``load_state_dict`` before the resumed run's first iterator, so a run killed mid-epoch continues with the
+    batch after the last one it trained on instead of restarting the epoch's order (which would repeat some
+    batches, skip others and make the resumed run differ from an uninterrupted one).
+
+    ``consumed()`` is the number of batches of the current epoch the training loop has taken; the loader cannot
+    count that itself, since the loop fetches one batch ahead.
+    """
+
+    def __init__(self, *args: Any, consumed: Callable[[], int], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.consumed = consumed
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": int(self.batch_sampler.epoch), "consumed": int(self.consumed())}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.resume_at(int(state["epoch"]), int(state["consumed"]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -937,6 +979,8 @@ class TranslationDataModule(pl.LightningDataModule):
     ``use_distributed_sampler=False``** (Lightning cannot inject a distributed sampler into a custom batch
     sampler; the sampler shards itself). The epoch is taken from ``trainer.current_epoch`` whenever an epoch's
     iterator is created (and Lightning's own ``set_epoch`` call reaches it too), so batch order changes per epoch.
+    Under a trainer the training loader is a ``ResumableLoader``: its position in the epoch is saved in checkpoints,
+    so a run resumed mid-epoch continues with the next batch.
 
     Dev / test batches: the whole split on every rank, sorted by length, in a fixed order (no sharding: each
     rank evaluates everything, so metrics need no gathering; decode on rank 0 if time matters). Dev/test keep
@@ -1088,10 +1132,15 @@ class TranslationDataModule(pl.LightningDataModule):
         return self._load_tokenizer().decode(out)
 
     # -- loaders ----------------------------------------------------------------------------------------------
-    def _loader(self, dataset: PairDataset, sampler: TokenBudgetBatchSampler) -> DataLoader:
+    def _loader(self, dataset: PairDataset, sampler: TokenBudgetBatchSampler, **resumable: Any) -> DataLoader:
         workers = self.data_cfg.num_workers
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_pairs, num_workers=workers,
-                          pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+        # A generator of its own: every new iterator draws a base seed from it, which would otherwise come from the
+        # global torch RNG that dropout uses, so validating (a new dev iterator) or resuming (a new training
+        # iterator) would shift every later dropout mask.
+        generator = torch.Generator().manual_seed(self.seed)
+        cls = ResumableLoader if resumable else DataLoader
+        return cls(dataset, batch_sampler=sampler, collate_fn=collate_pairs, num_workers=workers, generator=generator,
+                   pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0, **resumable)
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self._trainer_or_none()
@@ -1118,9 +1167,12 @@ class TranslationDataModule(pl.LightningDataModule):
                                    "use_distributed_sampler=False")
         epoch_fn = (lambda: trainer.current_epoch) if trainer is not None else None
         sampler = self.train_sampler(rank, world, epoch_fn)
-        if trainer is not None:
-            sampler.set_epoch(trainer.current_epoch)
-        return self._loader(self._dataset("train"), sampler)
+        if trainer is None:
+            return self._loader(self._dataset("train"), sampler)
+        sampler.set_epoch(trainer.current_epoch)
+        # Batches of this epoch the loop has handed to training (restored with the loop state on resume).
+        consumed = lambda: trainer.fit_loop.epoch_loop.batch_progress.current.ready  # noqa: E731
+        return self._loader(self._dataset("train"), sampler, consumed=consumed)
 
     def _eval_loader(self, role: str) -> DataLoader:
         dataset = self._dataset(role)

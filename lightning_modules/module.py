@@ -55,14 +55,21 @@ class TranslationModule(pl.LightningModule):
         self._fit_started = 0.0
         self.train_tokens = 0  # non-pad target tokens trained on, across resumes
         self.train_seconds = 0.0  # time inside fit (training and periodic validation), across resumes
+        self.diverged: Optional[dict[str, Any]] = None  # {"step", "loss"} once the training loss is not finite
 
     # --- training -------------------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         logits = self.model(batch["src"], batch["tgt_in"])
         loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.config.model.pad_id)
         n_tokens = batch["n_tgt_tokens"]
-        self.train_tokens += n_tokens
         loss = loss_sum / n_tokens
+        if self._not_finite(loss):
+            # Stop before the optimiser applies NaN/inf gradients: the weights and checkpoints stay those of the
+            # last good step, and the run records the step at which it diverged (returning None skips the step).
+            self.diverged = {"step": self.global_step + 1, "loss": float(loss.detach())}
+            self.trainer.should_stop = True
+            return None
+        self.train_tokens += n_tokens
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/nll", nll_sum.detach() / n_tokens)
         now = time.perf_counter()
@@ -70,6 +77,12 @@ class TranslationModule(pl.LightningModule):
             self.log("train/tokens_per_s", n_tokens / max(now - self._step_started, 1e-9), prog_bar=True)
         self._step_started = now
         return loss
+
+    def _not_finite(self, loss: Tensor) -> bool:
+        bad = not bool(torch.isfinite(loss.detach()))
+        if self.trainer.world_size > 1:  # every rank must skip the step and stop together, or DDP hangs
+            bad = self.trainer.strategy.reduce_boolean_decision(bad, all=False)
+        return bad
 
     def on_train_start(self) -> None:
         self._fit_started = time.perf_counter() - self.train_seconds
@@ -79,11 +92,21 @@ class TranslationModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["progress"] = {"train_tokens": self.train_tokens, "train_seconds": time.perf_counter() - self._fit_started}
+        # Dropout draws from the global torch RNG, which Lightning does not checkpoint: without it a resumed run
+        # would draw other masks than an uninterrupted one. Tensors only, so weights_only loading accepts it.
+        checkpoint["rng"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         progress = checkpoint.get("progress", {})
         self.train_tokens = int(progress.get("train_tokens", 0))
         self.train_seconds = float(progress.get("train_seconds", 0.0))
+        rng = checkpoint.get("rng", {})
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self._step_started is None:
