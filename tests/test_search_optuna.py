@@ -131,7 +131,7 @@ def test_the_shipped_search_file_loads():
     assert [p.target for p in search.params] == ["train.warmup_steps", "train.lr_scale", "model.P_drop", "train.eps_ls"]
     config = search.config({"train.warmup_steps": 123, "train.lr_scale": 0.5, "P_drop": 0.05, "eps_ls": 0.0})
     assert (config.train.warmup_steps, config.train.lr_scale, config.model.P_drop, config.train.eps_ls) == (123, 0.5, 0.05, 0.0)
-    assert config.model.d_model == 64 and config.train.max_steps == 600  # the tiny scale still applies
+    assert config.model.d_model == 64 and config.train.max_steps == 500  # the tiny scale still applies
     small = S.load_search(ROOT / "sweeps" / "search_tiny.yaml", scale="small", sets={"data.path": "/corpus"})
     assert small.scale.name == "small" and small.config({}).data.path == "/corpus"
     with pytest.raises(ValueError, match="data.path = None: expected a corpus directory"):
