@@ -17,6 +17,8 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
+from .records import write_atomic_bytes
+
 if TYPE_CHECKING:
     from .tables import RowResult, Table
 
@@ -231,10 +233,7 @@ def save(plt, figure, stem: Path) -> list[Path]:
         path = stem.with_suffix(f".{fmt}")
         data = buffer.getvalue()
         if not (path.is_file() and path.read_bytes() == data):  # an unchanged plot keeps its file
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
+            write_atomic_bytes(path, data)
         paths.append(path)
     plt.close(figure)
     return paths
