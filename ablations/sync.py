@@ -4,12 +4,15 @@ Training logs to wandb offline (`<run>/wandb/offline-run-<time>-<run id>/run-<ru
 later, from a machine that can reach the server. A run directory whose `.wandb` file has wandb's marker beside
 it (`run-<id>.wandb.synced`, written by `wandb sync` on success) is skipped. Before syncing anything the server
 (WANDB_BASE_URL, else https://api.wandb.ai) is probed with a short TCP connect, so that an unreachable server is
-reported at once instead of after wandb's own retries; each `wandb sync` also has a timeout.
+reported at once instead of after wandb's own retries; each `wandb sync` also has a timeout. The address of each
+uploaded run, as `wandb sync` prints it, is recorded as `wandb_url` in the run's metrics.json, where tables and
+the dashboard find it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,6 +25,7 @@ from urllib.parse import urlsplit
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_SECONDS = 5.0
+RUN_URL = re.compile(r"https?://\S+/runs/[\w-]+")
 
 
 def offline_runs(root: Path) -> list[Path]:
@@ -61,8 +65,8 @@ def wandb_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "wandb"]
 
 
-def sync_one(run: Path, timeout: float) -> tuple[bool, str]:
-    """`wandb sync RUN` (an argv list, no shell), stopped after `timeout` seconds; (success, last output lines)."""
+def sync_one(run: Path, timeout: float) -> tuple[bool, str, Optional[str]]:
+    """`wandb sync RUN` (an argv list, no shell), stopped after `timeout` seconds; (success, last output lines, run URL)."""
     env = dict(os.environ)
     env.pop("WANDB_MODE", None)  # uploading is online by definition; an offline/disabled mode is for training
     env["WANDB_SILENT"] = "false"
@@ -77,9 +81,10 @@ def sync_one(run: Path, timeout: float) -> tuple[bool, str]:
         except ProcessLookupError:
             pass
         output, _ = process.communicate()
-        return False, f"timed out after {timeout:g} s" + tail(output)
+        return False, f"timed out after {timeout:g} s" + tail(output), None
     ok = process.returncode == 0 and is_synced(run)
-    return ok, ("" if ok else f"exit code {process.returncode}") + tail(output)
+    urls = RUN_URL.findall(output or "")
+    return ok, ("" if ok else f"exit code {process.returncode}") + tail(output), urls[-1] if ok and urls else None
 
 
 def tail(output: Optional[str], lines: int = 5) -> str:
@@ -93,6 +98,7 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
     if not root.is_dir():
         raise ValueError(f"{root}: no such directory")
     from .launch import lock_holder
+    from .records import read_metrics, update_metrics
 
     runs = offline_runs(root)
     pending = [run for run in runs if not is_synced(run)]
@@ -115,8 +121,11 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
     failed = 0
     for run in todo:
         started = time.time()
-        ok, detail = sync_one(run, timeout)
-        print(f"{'synced' if ok else 'FAILED'} {run} ({time.time() - started:.1f} s)" + ("" if ok else f": {detail}"), flush=True)
+        ok, detail, url = sync_one(run, timeout)
+        print(f"{'synced' if ok else 'FAILED'} {run} ({time.time() - started:.1f} s)" + (f": {url}" if url else "")
+              + ("" if ok else f": {detail}"), flush=True)
+        if url and read_metrics(run.parent.parent) is not None:
+            update_metrics(run.parent.parent, wandb_url=url)
         failed += not ok
     print(f"{len(todo) - failed} synced, {failed} failed", flush=True)
     return 1 if failed else 0

@@ -342,6 +342,25 @@ def test_sync_skips_a_run_still_training(tmp_path, monkeypatch, capsys):
     assert "1 still training (skipped), 0 to sync" in capsys.readouterr().out
 
 
+def test_a_synced_run_records_its_wandb_address(tmp_path, monkeypatch, capsys):
+    """`wandb sync` replaced by a script that prints what wandb prints and leaves wandb's marker."""
+    run_dir = tmp_path / "sweep" / "tiny" / "b-s0-bbbb"
+    offline = fake_offline_run(run_dir, "bbbb")
+    update_metrics(run_dir, status="done", dev_bleu=12.5)
+    fake = tmp_path / "fake_wandb.py"
+    fake.write_text("import pathlib, sys\n"
+                    "run = pathlib.Path(sys.argv[2])\n"
+                    "print(f'Syncing: http://wandb.test/team/attention-ablations/runs/bbbb ... done.')\n"
+                    "for f in run.glob('*.wandb'): f.with_suffix('.wandb.synced').write_text('')\n")
+    monkeypatch.setattr(sync, "wandb_command", lambda: [sys.executable, str(fake)])
+    monkeypatch.setattr(sync, "probe", lambda url: None)
+    assert sync.sync_runs(tmp_path) == 0
+    assert "http://wandb.test/team/attention-ablations/runs/bbbb" in capsys.readouterr().out
+    record = read_metrics(run_dir)
+    assert record["wandb_url"] == "http://wandb.test/team/attention-ablations/runs/bbbb" and record["dev_bleu"] == 12.5
+    assert sync.is_synced(offline)
+
+
 def test_sync_times_out_on_a_server_that_never_answers(tmp_path, monkeypatch, capsys):
     """A server that accepts connections and never answers: each `wandb sync` is stopped after its timeout."""
     server = socket.socket()
