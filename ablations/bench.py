@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
@@ -521,19 +520,19 @@ MAX_LEN_OFFSET = 50  # the paper's: output length <= input length + 50
 
 
 def decode_ours(model: Transformer, sources: list[Tensor], beam_size: int, use_cache: bool) -> list[list[int]]:
+    """Our beam search with HF generate's length cap: per batch, the longest source + 50 (ours is per sentence)."""
     outputs: list[list[int]] = []
     for src in sources:
-        outputs += beam_search(model, src, BOS_ID, EOS_ID, beam_size, 0.0, MAX_LEN_OFFSET, use_cache=use_cache)
+        longest = int((src != PAD_ID).sum(dim=1).max())
+        outputs += beam_search(model, src, BOS_ID, EOS_ID, beam_size, 0.0, longest + MAX_LEN_OFFSET,
+                               max_len=longest + MAX_LEN_OFFSET, use_cache=use_cache)
     return outputs
 
 
 @torch.no_grad()
 def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[list[int]]:
-    """HF generate with our search's settings: beam K, no length penalty, PAD and BOS never generated.
-
-    Its length cap is per batch (the longest source + 50, plus the EOS); ours is per sentence, which the
-    length-sorted batches make nearly the same.
-    """
+    """HF generate with our search's settings: beam K, no length penalty, PAD and BOS never generated, at most
+    the batch's longest source + 50 tokens before the EOS."""
     outputs: list[list[int]] = []
     for src in sources:
         longest = int((src != PAD_ID).sum(dim=1).max())
@@ -727,7 +726,11 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     achieved = {name: flops / median_seconds(seconds, clock) for name, seconds in train_times.items()}
 
     progress("decoding: cached, uncached, HF generate")
-    model = module.model.eval()
+    # Untrained weights, deliberately: after the few training steps above the model answers EOS at once (empty
+    # outputs, one decoding step), whereas at initialisation hypotheses run to the length cap, so the decoders
+    # are compared on full-length work. The same model for all three; outputs are compared.
+    torch.manual_seed(options.seed)
+    model = Transformer(cfg).to(device).eval()
     hf = marian_from_ours(model)
     sources = decode_sources(data, options, device)
     probe = batches[0]
@@ -823,8 +826,8 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         f"- shapes [B, S] / [B, T]: " + "; ".join(f"{b['src']} / {b['tgt']}" for b in result["batches"]),
         "- every contender: label-smoothed loss (ε 0.1), Adam(0.9, 0.98, 1e-9), inverse-sqrt schedule",
         f"- decoding: {d['sentences']} dev sentences in length-sorted batches of {o['decode_batch_sentences']}, beam "
-        f"{d['beam_size']}, length penalty {d['length_penalty']}, max length source + 50, {o['decode_rounds']} rounds; "
-        "the model is ours after the bench's training rounds, copied into Marian for HF",
+        f"{d['beam_size']}, length penalty {d['length_penalty']}, max length the batch's longest source + 50 for all three, {o['decode_rounds']} rounds; "
+        "untrained weights (hypotheses run to the cap: every decoder does full-length work), copied into Marian for HF",
         "",
         "## Ratios (> 1: we are faster)",
         "",
@@ -867,86 +870,28 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
               f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step",
               "- length bucketing (padding efficiency, both sides): " + "; ".join(
                   f"{corpus}: bucketed {v['bucketed']:.3f}, unbucketed {v['unbucketed']:.3f}" for corpus, v in levers["length_bucketing"].items()),
-              "", f"Bench wall time: {result['seconds']:.0f} s.", ""]
+              "", "## Notes", ""] + [f"- {note}" for note in NOTES] + ["", f"Bench wall time: {result['seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
 
 LEVER_DEFAULTS = {
-    "fused_attention": "yes: SDPA picks the fused CPU/CUDA kernel",
-    "bf16_autocast": "presets: off at tiny (CPU), on at small/paper (GPU); `train.precision`",
-    "fused_adam": "see results/bench.md notes",
-    "torch_compile": "no (`train.compile`)",
+    "fused_attention": "yes: SDPA's fused kernel (the math backend is the alternative)",
+    "bf16_autocast": "off at tiny (`train.precision: 32-true`); the small and paper presets ask for bf16-mixed",
+    "fused_adam": "no: torch's default (foreach) Adam",
+    "torch_compile": "no (`train.compile: false`)",
 }
+
+NOTES = [
+    "torch.compile is timed only with `--compile`: an earlier session measured 156 s of warm-up on this CPU and slower "
+    "steps afterwards (dynamic shapes: every batch has other lengths), so it stays off by default on CPU.",
+    "No host-device synchronisation inside our training step: the token count is a Python int from the collate function, "
+    "the loss stays a tensor, and Lightning converts logged values only when a logger or progress bar reads them.",
+    "Data loading: batches are collated on the main process (`data.num_workers: 0`); the figure above is its share of a "
+    "step. With a GPU, `data.num_workers: 1` and pinned memory (on whenever CUDA is present) take it off the critical path.",
+    "Without a GPU in this session, MFU is not reported; on CUDA the bench reports model FLOPs/s against the GPU's dense "
+    "bf16 peak (known names, or `--peak-tflops`).",
+]
 
 
 def json_dumps(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2, default=float)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The `ablate bench` subcommand
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def cmd_bench(args) -> int:
-    import sys
-
-    overrides: dict[str, Any] = {"threads": args.threads, "device": args.device, "multi30k": args.multi30k, "compile": args.compile,
-                                 "clock": args.clock}
-    if args.precision:
-        overrides["precision"] = args.precision
-    elif args.device == "cuda":
-        overrides["precision"] = "bf16-mixed"  # GPUs: tensor cores; CPU keeps fp32 (bf16 measured slower here)
-    if args.peak_tflops is not None:
-        overrides["peak_tflops"] = args.peak_tflops
-    if args.no_levers:
-        overrides["levers"] = False
-    if args.multi30k and not Path(args.multi30k).is_dir():
-        raise ValueError(f"--multi30k {args.multi30k}: not a directory")
-    options = BenchOptions.quick(**overrides) if args.quick else BenchOptions(**overrides)
-    result = run_bench(options, progress=lambda message: print(f"[bench] {message}", file=sys.stderr, flush=True))
-    if args.markdown:
-        Path(args.markdown).write_text(to_markdown(result, command_line(args)), encoding="utf-8")
-    if args.json:
-        print(json_dumps(result))
-    else:
-        for key in RATIO_KEYS:
-            print(f"{key:28s} {result[key]:7.3f}  (target >= {TARGETS[key]:g})")
-        for corpus, value in result["padding_efficiency"].items():
-            print(f"{'padding_efficiency ' + corpus:28s} {value:7.3f}  (target >= {PADDING_TARGET:g})")
-    return 0
-
-
-def command_line(args) -> str:
-    """The `ablate bench` command that `args` came from, for the report."""
-    words = ["OMP_NUM_THREADS=%d" % args.threads, "ablate", "bench"]
-    for flag in ("quick", "compile", "no_levers"):
-        if getattr(args, flag):
-            words.append("--" + flag.replace("_", "-"))
-    for flag in ("markdown", "multi30k", "threads", "device", "precision", "clock", "peak_tflops"):
-        if getattr(args, flag) is not None:
-            words += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
-    return " ".join(words)
-
-
-def add_bench_parser(sub) -> None:
-    bench = sub.add_parser(
-        "bench", help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",
-        description="Measure, in one process, interleaved, with medians: training tokens/s of our Lightning step against a "
-        "bare PyTorch loop, Hugging Face MarianMTModel and torch.nn.Transformer at the same dimensions, batches, threads and "
-        "precision; beam-4 decoding against HF generate and our uncached decoder; the batch sampler's padding efficiency; "
-        "peak memory; and each speed lever against its alternative. Needs `transformers` (the dev extra).",
-    )
-    bench.add_argument("--quick", action="store_true", help="about a minute: fewer rounds and sentences, no lever timings")
-    bench.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
-    bench.add_argument("--markdown", metavar="FILE", help="also write the report, e.g. results/bench.md")
-    bench.add_argument("--multi30k", metavar="DIR", help="Multi30k directory (train.en/train.de ...), for its padding efficiency")
-    bench.add_argument("--threads", type=int, default=1, help="torch threads for every contender (default: 1)")
-    bench.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    bench.add_argument("--precision", choices=PRECISIONS, help="for every contender (default: 32-true on CPU, bf16-mixed on CUDA)")
-    bench.add_argument("--clock", choices=CLOCKS, default="wall",
-                       help="wall (default) or cpu: this process's CPU time, steadier when other jobs share the cores")
-    bench.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when its name is not known to the bench")
-    bench.add_argument("--compile", action="store_true", help="also time torch.compile (minutes of warm-up on CPU)")
-    bench.add_argument("--no-levers", action="store_true", help="skip the lever timings of the full bench")
-    bench.set_defaults(handler=cmd_bench)

@@ -180,6 +180,46 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_command_line(args: argparse.Namespace) -> str:
+    """The `ablate bench` command that `args` came from, for the report."""
+    words = [f"OMP_NUM_THREADS={args.threads}", "ablate", "bench"]
+    for flag in ("quick", "compile", "no_levers"):
+        if getattr(args, flag):
+            words.append("--" + flag.replace("_", "-"))
+    for flag in ("markdown", "multi30k", "threads", "device", "precision", "clock", "peak_tflops"):
+        if getattr(args, flag) is not None:
+            words += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    return " ".join(words)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from .bench import PADDING_TARGET, RATIO_KEYS, TARGETS, BenchOptions, json_dumps, run_bench, to_markdown
+
+    if args.multi30k and not Path(args.multi30k).is_dir():
+        raise ValueError(f"--multi30k {args.multi30k}: not a directory")
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # GPUs: bf16 on tensor cores; CPU: fp32, since bf16 autocast measured slower on this avx512_bf16 CPU (results/bench.md).
+    args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    overrides = {"threads": args.threads, "device": args.device, "precision": args.precision, "multi30k": args.multi30k,
+                 "compile": args.compile, "clock": args.clock, "peak_tflops": args.peak_tflops}
+    if args.no_levers:
+        overrides["levers"] = False
+    options = BenchOptions.quick(**overrides) if args.quick else BenchOptions(**overrides)
+    result = run_bench(options, progress=lambda message: print(f"[bench] {message}", file=sys.stderr, flush=True))
+    if args.markdown:
+        Path(args.markdown).write_text(to_markdown(result, bench_command_line(args)), encoding="utf-8")
+    if args.json:
+        print(json_dumps(result))
+        return 0
+    for key in RATIO_KEYS:
+        print(f"{key:28s} {result[key]:7.3f}  (target >= {TARGETS[key]:g})")
+    for corpus, value in result["padding_efficiency"].items():
+        print(f"{'padding_efficiency ' + corpus:28s} {value:7.3f}  (target >= {PADDING_TARGET:g})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -259,9 +299,27 @@ def build_parser() -> argparse.ArgumentParser:
     from .search import add_search_parser
 
     add_search_parser(sub)
-    from .bench import add_bench_parser
-
-    add_bench_parser(sub)
+    bench = sub.add_parser(
+        "bench", help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",
+        description="Measure, in one process, interleaved, with medians: training tokens/s of our Lightning step against a "
+        "bare PyTorch loop, Hugging Face MarianMTModel and torch.nn.Transformer at the same dimensions, batches, threads and "
+        "precision; beam-4 decoding against HF generate and our uncached decoder; the batch sampler's padding efficiency; "
+        "peak memory; and each speed lever against its alternative. Needs `transformers` (the dev extra).",
+    )
+    bench.add_argument("--quick", action="store_true", help="about a minute: fewer rounds and sentences, no lever timings")
+    bench.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
+    bench.add_argument("--markdown", metavar="FILE", help="also write the report, e.g. results/bench.md")
+    bench.add_argument("--multi30k", metavar="DIR", help="Multi30k directory (train.en/train.de ...), for its padding efficiency")
+    bench.add_argument("--threads", type=int, default=1, help="torch threads for every contender (default: 1)")
+    bench.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
+    bench.add_argument("--precision", choices=("32-true", "bf16-mixed"),
+                       help="for every contender (default: 32-true on CPU, bf16-mixed on CUDA)")
+    bench.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                       help="wall (default) or cpu: this process's CPU time, steadier when other jobs share the cores")
+    bench.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when its name is not known to the bench")
+    bench.add_argument("--compile", action="store_true", help="also time torch.compile (minutes of warm-up on CPU)")
+    bench.add_argument("--no-levers", action="store_true", help="skip the lever timings of the full bench")
+    bench.set_defaults(handler=cmd_bench)
     from .complexity import add_complexity_parser
 
     add_complexity_parser(sub)

@@ -136,3 +136,10 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
     markdown = bench.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown
+
+
+def test_cli_names_a_missing_multi30k_directory(tmp_path, capsys):
+    from ablations.cli import main
+
+    assert main(["bench", "--quick", "--multi30k", str(tmp_path / "absent")]) == 2
+    assert "--multi30k" in capsys.readouterr().err
