@@ -382,7 +382,7 @@ def build_table(sweep_path: str | Path, scale_name: str, runs: str | Path = "run
         result if result is base else replace(result, significance=compare_to_base(base.runs, result.runs, references))
         for result in summaries.values()
     )
-    return Table(sweep, scale, extra, base, results, header_lines(sweep, scale, records), notes(sweep, scale, base.row, results))
+    return Table(sweep, scale, extra, base, results, header_lines(sweep, scale, records), notes(sweep, scale, base, results))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -429,7 +429,28 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
     )
 
 
-def notes(sweep: Sweep, scale: Scale, base: Row, results: Sequence[RowResult]) -> tuple[str, ...]:
+def sign_agreement(base: RowResult, results: Sequence[RowResult]) -> Optional[str]:
+    """Which rows move dev BLEU the way the paper's did: the question a small scale can answer."""
+    verdicts: dict[str, list[str]] = {"agrees": [], "disagrees": []}
+    for result in results:
+        delta = deltas(result, base)
+        measured, paper = delta["delta_bleu"], delta["paper_delta_bleu"]
+        if result is base or measured is None or not paper:
+            continue
+        p_value = result.significance.p_value
+        label = result.row.id + (" (p ≥ 0.05)" if p_value is not None and p_value >= 0.05 else "")
+        verdicts["agrees" if measured * paper > 0 else "disagrees"].append(label)
+    judged = sum(map(len, verdicts.values()))
+    if not judged:
+        return None
+    return (f"Sign of Δ BLEU against the paper's Δ (rows where both exist and the paper's is not 0): agrees for "
+            f"{len(verdicts['agrees'])} of {judged} ({', '.join(verdicts['agrees']) or 'none'}); disagrees for "
+            f"{', '.join(verdicts['disagrees']) or 'none'}.")
+
+
+def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResult]) -> tuple[str, ...]:
+    agreement = sign_agreement(base, results)
+    base = base.row
     lines = [
         f"Hyperparameters are in the paper's units; a blank cell is {base.id}'s value. At scale {scale.name}, "
         f"widths are divided by {scale.width_divisor} and train steps multiplied by {scale.steps_scale:g}"
@@ -446,7 +467,7 @@ def notes(sweep: Sweep, scale: Scale, base: Row, results: Sequence[RowResult]) -
         if result.significance.problem:
             problems.setdefault(result.significance.problem, []).append(result.row.id)
     lines += [f"p is blank for {', '.join(rows)}: {problem}." for problem, rows in problems.items()]
-    return tuple(lines)
+    return tuple(lines + ([agreement] if agreement else []))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -129,6 +129,13 @@ def test_mean_std_and_deltas_against_base(project):
     assert (rows["base"]["steps"], rows["base"]["tokens/s"], rows["base"]["wall (min)"]) == ("100", "5000", "1.5")
 
 
+def test_a_note_says_which_rows_move_bleu_the_way_the_paper_did(project):
+    table, _ = make(project)
+    (note,) = [n for n in table.notes if n.startswith("Sign of Δ BLEU")]
+    # A1: +3.5 here, -0.9 in the paper; A2: -1.0 and -0.3 but identical hypotheses to base; C_1, D1: no done run.
+    assert note.endswith("agrees for 1 of 2 (A2 (p ≥ 0.05)); disagrees for A1.")
+
+
 def test_missing_and_failed_runs_are_named_never_zero(project):
     table, _ = make(project)
     rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
