@@ -126,7 +126,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     slurm = slurm_options(args)
     return run_sweep(args.sweep, args.scale, rows=rows, seeds=seeds, workers=args.workers, out=args.out, sets=sets,
                      dry_run=args.dry_run, retry_failed=args.retry_failed, gpus_per_run=args.gpus_per_run or 1, slurm=slurm,
-                     wait=args.wait)
+                     wait=args.wait, reuse=not args.no_reuse)
 
 
 SLURM_FLAGS = ("slurm_partition", "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_array_parallelism",
@@ -265,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--data", help="corpus directory (sets data.path)")
     sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
     sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
+    sweep.add_argument("--no-reuse", action="store_true",
+                       help="train a run even when another sweep under --out has a done run with the same id (same config)")
     sweep.add_argument("--gpus-per-run", type=int, metavar="G",
                        help="GPUs per run (default 1), trained with DDP when G > 1 (without CUDA: G CPU processes); global batch = G x data.batch_tokens")
     sweep.add_argument("--launcher", choices=("local", "slurm"), default="local",

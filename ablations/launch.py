@@ -32,6 +32,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .records import CONFIG_FILE, read_metrics, run_folder, update_metrics, write_config
+from .records import CONFIG_FILE, METRICS_FILE, read_metrics, run_folder, update_metrics, write_config, write_json
 from .sweep import RunSpec, expand, load_sweep, scales_for
 
 LOCK_FILE = ".lock"
@@ -465,6 +466,43 @@ def select(runs: list[Run], retry_failed: bool = False) -> list[Run]:
     for run in todo:
         prepare(run)
     return todo
+
+
+REUSED_RECORD = ("metrics.json", "dev.hyp", "test.hyp", "logs")  # a run's results; never its checkpoints
+
+
+def finished_twin(run: Run, out: Path) -> Optional[Path]:
+    """A done run with this run's id in another folder under `out`: the same resolved config, trained already."""
+    for folder in sorted(out.glob(f"*/*/*-{run.spec.run_id}")):
+        if folder.resolve() != run.dir.resolve() and (read_metrics(folder) or {}).get("status") == "done":
+            return folder
+    return None
+
+
+def reuse_finished_twins(runs: list[Run], out: Path) -> list[tuple[Run, Path]]:
+    """Give each never-started run the record of a done run with the same id (another sweep's row, same config).
+
+    Run identity is the hash of the resolved config, so positional_norm's `sin-pre` at tiny *is* table3's base
+    there; training it again would spend the time to reproduce the same record. The record is copied (its
+    config.yaml says which sweep and row this folder is, and `reused_from` where the results come from).
+    """
+    reused = []
+    for run in runs:
+        if folder_status(run.dir) != "pending" or (twin := finished_twin(run, out)) is None:
+            continue
+        with RunLock(run.dir) as lock:
+            if not lock.acquire(tries=1) or (read_metrics(run.dir) or {}).get("status", "pending") != "pending":
+                continue  # someone else started it meanwhile (folder_status would see our own lock as a run)
+            for name in REUSED_RECORD:
+                source, target = twin / name, run.dir / name
+                if source.is_dir():
+                    shutil.copytree(source, target, dirs_exist_ok=True)
+                elif source.exists() and name != METRICS_FILE:
+                    shutil.copy2(source, target)
+            write_config(run.dir, run.spec.config, run.meta)
+            write_json(run.dir / METRICS_FILE, {**read_metrics(twin), "reused_from": str(twin)})  # last: the record is done only when complete
+        reused.append((run, twin))
+    return reused
 
 
 def prepare(run: Run) -> None:
@@ -890,14 +928,19 @@ def run_sweep(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] 
               workers: Optional[int] = None, out: str | Path = "runs", sets: Optional[dict[str, Any]] = None,
               dry_run: bool = False, retry_failed: bool = False, live: Optional[bool] = None,
               grace: float = GRACE_SECONDS, gpus_per_run: int = 1, slurm: Optional[SlurmOptions] = None,
-              wait: bool = False) -> int:
+              wait: bool = False, reuse: bool = True) -> int:
     """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
+
+    With `reuse`, a run never started takes the record of a done run with the same id elsewhere under `out`.
 
     With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`).
     """
     if workers is not None and workers < 1:
         raise ValueError(f"--workers {workers}: expected a positive integer")
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
+    if reuse and not dry_run:
+        for run, twin in reuse_finished_twins(runs, Path(out)):
+            print(f"{run.label} ({run.spec.run_id}) reuses the finished run {twin} (same resolved config)", flush=True)
     if slurm is not None:
         if dry_run:
             print_plan(runs, Path(out), [])

@@ -222,6 +222,35 @@ def test_runs_two_at_a_time_then_skips_finished_runs(corpus, tmp_path, fake_trai
     assert "started" not in text and "0 launched" in text and "skipping 4 finished" in text
 
 
+def test_a_run_done_in_another_sweep_is_reused_not_retrained(corpus, tmp_path, fake_train, capsys):
+    out = tmp_path / "runs"
+    first = write_sweep(tmp_path, corpus, {"base": {}})
+    assert cli.main(sweep_args(first, out)) == 0
+    (done_dir,) = folders(out).values()
+
+    def another_sweep(name: str, rows: dict) -> Path:  # beside the first: same scales, same corpus cache
+        document = yaml.safe_load(first.read_text())
+        document.update(name=name, rows=[{"id": row, "group": row, "overrides": o} for row, o in rows.items()])
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        return tmp_path / f"{name}.yaml"
+
+    second = another_sweep("other", {"same": {}, "nopos": {"positional": "none"}})
+    assert cli.main(["sweep", str(second), "--scale", "test", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    other = {p.name.rsplit("-", 1)[0]: p for p in (out / "other" / "test").iterdir()}
+    same, nopos = other["same-s0"], other["nopos-s0"]
+    assert same.name.endswith(done_dir.name.rsplit("-", 1)[1]) and f"reuses the finished run {done_dir}" in text
+    record = read_metrics(same)
+    assert record["reused_from"] == str(done_dir) and record["status"] == "done"
+    assert {k: v for k, v in record.items() if k != "reused_from"} == read_metrics(done_dir)
+    assert read_config(same / "config.yaml")[1]["row"] == "same" and not (same / "train.log").exists()  # never trained
+    assert "fake training" in (nopos / "train.log").read_text() and "reused_from" not in read_metrics(nopos)
+    third = another_sweep("third", {"again": {}})
+    assert cli.main(["sweep", str(third), "--scale", "test", "--out", str(out), "--no-reuse"]) == 0
+    (again,) = (out / "third" / "test").iterdir()
+    assert "fake training" in (again / "train.log").read_text() and "reused_from" not in read_metrics(again)
+
+
 def test_failures_are_recorded_and_the_others_finish(corpus, tmp_path, fake_train, capsys):
     path = write_sweep(tmp_path, corpus, {"crash": {}, "base": {}, "killed": {}, "nopos": {"positional": "none"}})
     out = tmp_path / "runs"
