@@ -500,7 +500,9 @@ def reuse_finished_twins(runs: list[Run], out: Path) -> list[tuple[Run, Path]]:
                 elif source.exists() and name != METRICS_FILE:
                     shutil.copy2(source, target)
             write_config(run.dir, run.spec.config, run.meta)
-            write_json(run.dir / METRICS_FILE, {**read_metrics(twin), "reused_from": str(twin)})  # last: the record is done only when complete
+            record = read_metrics(twin)
+            # Written last: the folder counts as done only once its record is complete. A chain names the original.
+            write_json(run.dir / METRICS_FILE, {**record, "reused_from": record.get("reused_from") or str(twin)})
         reused.append((run, twin))
     return reused
 

@@ -249,6 +249,10 @@ def test_a_run_done_in_another_sweep_is_reused_not_retrained(corpus, tmp_path, f
     assert cli.main(["sweep", str(third), "--scale", "test", "--out", str(out), "--no-reuse"]) == 0
     (again,) = (out / "third" / "test").iterdir()
     assert "fake training" in (again / "train.log").read_text() and "reused_from" not in read_metrics(again)
+    fourth = another_sweep("fourth", {"x": {}})  # its first twin (sorted) is other's reused record
+    assert cli.main(["sweep", str(fourth), "--scale", "test", "--out", str(out)]) == 0
+    (x,) = (out / "fourth" / "test").iterdir()
+    assert read_metrics(x)["reused_from"] == str(done_dir)  # a chain names the run that trained
 
 
 def test_failures_are_recorded_and_the_others_finish(corpus, tmp_path, fake_train, capsys):
