@@ -38,4 +38,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not benchmark"
+	$(BIN)/python -m pytest -m "not slow and not benchmark and not reliability"
