@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from lightning_modules.config import ModelConfig
 
-from .records import write_atomic
+from .records import write_renderings
 
 if TYPE_CHECKING:
     from .tables import RowResult, RunRecord, Table
@@ -302,10 +302,5 @@ def render_tex(cost: CostTable) -> str:
 
 
 def write_cost_table(cost: CostTable, out: str | Path) -> list[Path]:
-    stem = Path(out) / f"table2_{cost.scale}"
-    paths = []
-    for suffix, render in ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex)):
-        path = stem.with_suffix(suffix)
-        write_atomic(path, render(cost))
-        paths.append(path)
-    return paths
+    renderers = ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex))
+    return write_renderings(Path(out) / f"table2_{cost.scale}", cost, renderers)

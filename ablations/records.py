@@ -64,6 +64,16 @@ def write_atomic(path: Path, text: str) -> None:
     write_atomic_bytes(path, text.encode("utf-8"))
 
 
+def write_renderings(stem: Path, value: Any, renderers: Any) -> list[Path]:
+    """`<stem>.md`, `.csv`, `.tex`, ...: each (suffix, render) pair's rendering of one value, written atomically."""
+    paths = []
+    for suffix, render in renderers:
+        path = Path(stem).with_suffix(suffix)
+        write_atomic(path, render(value))
+        paths.append(path)
+    return paths
+
+
 def write_json(path: Path, value: Any) -> None:
     write_atomic(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
 

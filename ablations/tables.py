@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
-from .records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic
+from .records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic, write_renderings
 from .sweep import Row, RunSpec, Scale, Sweep, expand, load_sweep, paper_units, read_yaml, scales_for
 
 PUBLISHED = ("done", "diverged", "failed")  # statuses that no longer change; only `done` runs enter the means
@@ -657,13 +657,8 @@ def render_csv(table: Table) -> str:
 
 
 def write_table(table: Table, out: str | Path) -> list[Path]:
-    stem = Path(out) / f"{table.sweep.name}_{table.scale.name}"
-    paths = []
-    for suffix, render in ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex)):
-        path = stem.with_suffix(suffix)
-        write_atomic(path, render(table))
-        paths.append(path)
-    return paths
+    renderers = ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex))
+    return write_renderings(Path(out) / f"{table.sweep.name}_{table.scale.name}", table, renderers)
 
 
 # --------------------------------------------------------------------------------------------------------------
