@@ -11,10 +11,9 @@ import pytest
 from ablations.cost import PAPER, SUSTAINED_FILE, counted_training_flops, multiply_adds_per_token, paper_method_flops
 from ablations.plots import pyplot, read_curves, draw_delta_bleu
 from ablations.records import write_atomic
-from ablations.sweep import expand, load_sweep, scales_for
 from ablations.tables import build_table, write_outputs
 from lightning_modules.config import ModelConfig
-from test_tables import BAD, GOOD, SCALES, done, write_corpus, write_run
+from test_tables import BAD, GOOD, done, write_project, write_run
 
 SWEEP = """\
 name: two
@@ -38,12 +37,7 @@ def cost_metrics(bleu: float, ppl: float) -> dict:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """base (2 seeds, curves), A1 (one done, one failed), D1 missing, big (one done): every case a plot meets."""
-    write_corpus(tmp_path / "corpus")
-    (tmp_path / "sweeps").mkdir()
-    (tmp_path / "sweeps" / "two.yaml").write_text(SWEEP, encoding="utf-8")
-    (tmp_path / "sweeps" / "scales.yaml").write_text(SCALES.format(corpus=tmp_path / "corpus"), encoding="utf-8")
-    sweep = load_sweep(tmp_path / "sweeps" / "two.yaml")
-    specs = {(s.row, s.seed): s for s in expand(sweep, scales_for(sweep.path)["tiny"])}
+    specs = write_project(tmp_path, "two", SWEEP)
     runs = tmp_path / "runs"
     for seed, bleu in ((0, 20.0), (1, 22.0)):
         folder = write_run(runs, specs["base", seed], "done", BAD, **cost_metrics(bleu, 5.0))

@@ -66,15 +66,20 @@ def done(bleu: float, ppl: float) -> dict:
             "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}
 
 
+def write_project(root: Path, name: str, sweep_text: str) -> dict[tuple[str, int], RunSpec]:
+    """A corpus, `sweeps/<name>.yaml` and its scales under root; the tiny scale's runs by (row, seed)."""
+    write_corpus(root / "corpus")
+    (root / "sweeps").mkdir()
+    (root / "sweeps" / f"{name}.yaml").write_text(sweep_text, encoding="utf-8")
+    (root / "sweeps" / "scales.yaml").write_text(SCALES.format(corpus=root / "corpus"), encoding="utf-8")
+    sweep = load_sweep(root / "sweeps" / f"{name}.yaml")
+    return {(s.row, s.seed): s for s in expand(sweep, scales_for(sweep.path)["tiny"])}
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A sweep, its scales and a corpus in tmp_path, and runs of every kind: done, running, failed, missing."""
-    write_corpus(tmp_path / "corpus")
-    (tmp_path / "sweeps").mkdir()
-    (tmp_path / "sweeps" / "mini.yaml").write_text(SWEEP, encoding="utf-8")
-    (tmp_path / "sweeps" / "scales.yaml").write_text(SCALES.format(corpus=tmp_path / "corpus"), encoding="utf-8")
-    sweep = load_sweep(tmp_path / "sweeps" / "mini.yaml")
-    specs = {(s.row, s.seed): s for s in expand(sweep, scales_for(sweep.path)["tiny"])}
+    specs = write_project(tmp_path, "mini", SWEEP)
     runs = tmp_path / "runs"
     write_run(runs, specs["base", 0], "done", BAD, **done(20.0, 5.0))
     write_run(runs, specs["base", 1], "done", BAD, **done(22.0, 5.4))
