@@ -110,6 +110,10 @@ class Sweep:
                 return row
         raise ValueError(f"{self.path}: no row {row_id!r}; rows: {', '.join(r.id for r in self.rows)}")
 
+    def where(self, row: Row) -> str:
+        """How errors name a row: by its place in the file and by its id."""
+        return f"{self.path}: rows[{self.rows.index(row)}] ({row.id})"
+
     def select(self, row_ids: Optional[Iterable[str]]) -> tuple[Row, ...]:
         return self.rows if row_ids is None else tuple(self.row(r) for r in row_ids)
 
@@ -246,13 +250,13 @@ def scales_for(sweep_path: str | Path) -> dict[str, Scale]:
 def paper_units(sweep: Sweep, row: Row) -> RunConfig:
     """The row exactly as the paper states it (full dimensions), validated."""
     values = apply_overrides(RunConfig().to_dict(), sweep.base, f"{sweep.path}: base")
-    values = apply_overrides(values, row.overrides, f"{sweep.path}: row {row.id}")
-    return build_config(values, f"{sweep.path}: row {row.id}")
+    values = apply_overrides(values, row.overrides, sweep.where(row))
+    return build_config(values, sweep.where(row))
 
 
 def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, Any] = {}) -> RunConfig:
     """Preset settings, then the sweep's base and the row (paper units), then the scale mapping, then `sets`."""
-    where = f"{sweep.path}: row {row.id} at scale {scale.name}"
+    where = f"{sweep.where(row)} at scale {scale.name}"
     values = apply_overrides(RunConfig().to_dict(), scale.settings, f"scale {scale.name}")
     values = apply_overrides(values, sweep.base, f"{sweep.path}: base")
     values = apply_overrides(values, row.overrides, where)

@@ -158,6 +158,16 @@ def test_a_scale_can_cap_every_rows_steps(corpus, tmp_path):
             scales_for(path)
 
 
+def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):
+    """Found by CI's fuzzing: an override key '' was reported as `row nopos`, without rows[1]."""
+    path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"": 1}})
+    with pytest.raises(ValueError, match=r"test\.yaml: rows\[1\] \(nopos\): unknown key ''"):
+        load_sweep(path)
+    path = write_sweep(tmp_path, corpus, {"base": {}, "odd": {"d_model": 520}})
+    with pytest.raises(ValueError, match=r"rows\[1\] \(odd\) at scale test: model.d_model = 520 is not divisible"):
+        expand(load_sweep(path), scales_for(path)["test"])
+
+
 # --------------------------------------------------------------------------------------------------
 # The launcher, with a stand-in for training
 # --------------------------------------------------------------------------------------------------
