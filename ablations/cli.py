@@ -195,13 +195,13 @@ def bench_command_line(args: argparse.Namespace) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
-    from .bench import PADDING_TARGET, RATIO_KEYS, TARGETS, BenchOptions, json_dumps, run_bench, to_markdown
+    from .bench import PADDING_TARGET, RATIO_KEYS, TARGETS, BenchOptions, default_precision, json_dumps, run_bench, to_markdown
 
     if args.multi30k and not Path(args.multi30k).is_dir():
         raise ValueError(f"--multi30k {args.multi30k}: not a directory")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    # GPUs: bf16 on tensor cores; CPU: fp32, since bf16 autocast measured slower on this avx512_bf16 CPU (results/bench.md).
-    args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    # The precision our presets train these dimensions in (the small preset: bf16-mixed) where the hardware has bf16.
+    args.precision = args.precision or default_precision(args.device)
     overrides = {"threads": args.threads, "device": args.device, "precision": args.precision, "multi30k": args.multi30k,
                  "compile": args.compile, "clock": args.clock, "peak_tflops": args.peak_tflops}
     if args.no_levers:
@@ -315,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=1, help="torch threads for every contender (default: 1)")
     bench.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
     bench.add_argument("--precision", choices=("32-true", "bf16-mixed"),
-                       help="for every contender (default: 32-true on CPU, bf16-mixed on CUDA)")
+                       help="for every training contender (default: bf16-mixed on CUDA and on CPUs with avx512_bf16 or "
+                            "amx_bf16, else 32-true); decoding is timed in fp32")
     bench.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                        help="wall (default) or cpu: this process's CPU time, steadier when other jobs share the cores")
     bench.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when its name is not known to the bench")

@@ -49,6 +49,26 @@ class DecoderCache:
                     setattr(layer, name, value.index_select(0, index))
 
 
+def prefers_explicit_attention(q: Tensor) -> bool:
+    """bf16 on CPU: SDPA's fused kernel runs 2-10x slower there than in fp32 (its backward most), while bf16 matmuls
+    run at twice the fp32 rate; `ablate bench` times both kernels. Elsewhere SDPA's fused kernels win."""
+    return q.dtype == torch.bfloat16 and q.device.type == "cpu"
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, dropout: float) -> Tensor:
+    """softmax(q k^T / sqrt(d_k)) v as plain matmuls, with SDPA's arguments (mask: True = attend)."""
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: each key/value head serves H / G query heads
+        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # [B, H, T, L]
+    if causal:
+        T, L = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(T, L, dtype=torch.bool, device=q.device).triu(L - T + 1), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.dropout(scores.softmax(-1), dropout) if dropout else scores.softmax(-1)
+    return torch.matmul(weights, v)
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.RMSNorm(cfg.d_model) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
 
@@ -73,10 +93,13 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
         # q [B, H, T, d_k], k [B, G, L, d_k], v [B, G, L, d_v]; mask broadcasts to [B, H, T, L], True = attend
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h,
-            dropout_p=self.dropout if self.training else 0.0,
-        )  # [B, H, T, d_v]
+        dropout = self.dropout if self.training else 0.0
+        if prefers_explicit_attention(q):
+            out = explicit_attention(q, k, v, mask, causal, dropout)  # [B, H, T, d_v]
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h, dropout_p=dropout,
+            )  # [B, H, T, d_v]
         B, _, T, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))  # [B, T, D]
 

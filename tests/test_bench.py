@@ -70,6 +70,35 @@ def test_options_name_the_bad_field():
     assert BenchOptions.quick().rounds < BenchOptions().rounds
 
 
+def test_the_attention_lever_forces_each_kernel_and_restores_the_choice(one_thread, monkeypatch):
+    from lightning_modules import transformer
+
+    model = Transformer(ModelConfig(vocab_size=50, N=1, d_model=16, d_ff=32, h=2)).eval()
+    src = torch.randint(4, 50, (2, 5))
+    calls = []
+    explicit = transformer.explicit_attention
+    monkeypatch.setattr(transformer, "explicit_attention", lambda *a: calls.append("explicit") or explicit(*a))
+    with torch.no_grad():
+        want = model(src, src)
+        with bench.attention_kernel("explicit"):
+            forced = model(src, src)
+        assert calls and torch.allclose(forced, want, atol=1e-5)
+        calls.clear()
+        model(src, src)
+        assert not calls  # fp32 on CPU: SDPA again
+        with torch.autocast("cpu", dtype=torch.bfloat16), bench.attention_kernel("sdpa"):
+            model(src, src)
+        assert not calls
+
+
+def test_default_precision_is_bf16_only_where_the_hardware_has_it(monkeypatch):
+    assert bench.default_precision("cuda") == "bf16-mixed"
+    monkeypatch.setattr(bench, "cpu_info", lambda: ("a CPU", True))
+    assert bench.default_precision("cpu") == "bf16-mixed"
+    monkeypatch.setattr(bench, "cpu_info", lambda: ("a CPU", False))
+    assert bench.default_precision("cpu") == "32-true"
+
+
 def test_half_split_order_maps_marian_sinusoids_to_ours():
     from lightning_modules.positional import sinusoids
 
@@ -132,7 +161,7 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert 0 < result["padding_efficiency"]["generated"] <= 1
     assert result["decode"]["cached_equals_uncached"]
     assert result["decode"]["max_logit_difference_vs_marian"] < 1e-4
-    assert {"fused_attention", "bf16_autocast", "fused_adam"} <= set(result["levers"])
+    assert {"attention_kernel", "bf16_autocast", "fused_adam"} <= set(result["levers"])
     assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
     markdown = bench.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown

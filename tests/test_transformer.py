@@ -16,6 +16,7 @@ from lightning_modules.config import FFN, NORM, NORM_PLACEMENT, POSITIONAL, Mode
 from lightning_modules.positional import apply_rope, rope_tables, sinusoids
 from lightning_modules.transformer import (
     DecoderCache,
+    explicit_attention,
     MultiHeadAttention,
     Residual,
     Transformer,
@@ -278,6 +279,34 @@ def test_cache_is_filled_once_per_source_and_grows_per_step():
         model.decode(tgt[:, 1:3], memory, mask, cache)
         assert cache.layers[0].cross_k is cross  # projected once
         assert cache.layers[0].self_k.shape == (3, 4, 3, 4) and cache.layers[1].self_v.shape == (3, 4, 3, 4)
+
+
+@pytest.mark.parametrize("case", ["pad mask", "causal", "grouped", "one query"])
+def test_explicit_attention_equals_sdpa(case):
+    g = torch.Generator().manual_seed(3)
+    B, H, T, L, d = 3, 4, 5, 5, 8
+    G = 2 if case == "grouped" else H
+    T = 1 if case == "one query" else T
+    q, k, v = (torch.randn(B, n, t, d, generator=g) for n, t in ((H, T), (G, L), (G, L)))
+    mask = None if case == "causal" else torch.rand(B, 1, 1, L, generator=g) > 0.3
+    if mask is not None:
+        mask[:, ..., 0] = True  # every query sees a key
+    causal = case == "causal"
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=G != H)
+    assert close(explicit_attention(q, k, v, mask, causal, 0.0), want, tol=1e-6)
+
+
+def test_bf16_autocast_on_cpu_takes_the_explicit_path_and_stays_close(monkeypatch):
+    model = build(kv_heads=2).float().train()
+    src, tgt = ragged_src(), tokens(3, 7, seed=8)
+    with torch.no_grad():
+        want = model.eval()(src, tgt)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: pytest.fail("SDPA in bf16 on CPU"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(src, tgt)
+        model.train()(src, tgt).float().sum().backward()
+    assert got.dtype == torch.bfloat16 and (got.float() - want).abs().max() < 0.05 * want.abs().max()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
 # --------------------------------------------------------------------------------------------------
