@@ -212,6 +212,14 @@ def resume_checkpoint(checkpoints: Path) -> tuple[Optional[Path], list[str]]:
     return chosen, warnings
 
 
+def finish_wandb(failed: bool) -> None:
+    """End this process's wandb run, if one was started: WandbLogger never does, so a second train_run in the same
+    process (a notebook, a test) would log into the first run. A failed run is marked as such."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=1 if failed else 0)
+
+
 def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt: int) -> list:
     # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows. Every row is
     # written as it is logged (Lightning's default keeps 100 in memory), so a killed run loses none that its last
@@ -344,4 +352,7 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
                            log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())
         except Exception:  # e.g. a full disk: the original error matters more
             log.exception("could not record the failure of %s", run_dir)
+        finish_wandb(failed=True)
         raise
+    finally:
+        finish_wandb(failed=False)

@@ -174,3 +174,24 @@ def test_the_same_seed_gives_the_same_metrics(corpus, tmp_path):
         assert first[key] == second[key], key
     other = train_run(dataclasses.replace(config, seed=1), tmp_path / "c", progress=False)
     assert other["dev_loss"] != first["dev_loss"]
+
+
+@pytest.mark.slow
+def test_two_runs_in_one_process_log_to_two_wandb_runs(corpus, tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = tiny_run_config(str(corpus), str(tmp_path / "cache"))
+    try:
+        for seed, name in ((0, "a"), (1, "b")):
+            run = dataclasses.replace(config, seed=seed)
+            train_run(run, tmp_path / name, progress=False)
+            assert wandb.run is None  # finished, not left open for the next run
+            (offline,) = (tmp_path / name / "wandb").glob(f"offline-run-*-{run.run_id()}")
+            assert (offline / f"run-{run.run_id()}.wandb").stat().st_size > 0
+    finally:
+        # wandb's service outlives its runs and advertises itself in WANDB_SERVICE, which later tests' training
+        # subprocesses would inherit and join.
+        wandb.teardown()
+        os.environ.pop("WANDB_SERVICE", None)
