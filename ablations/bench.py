@@ -47,7 +47,7 @@ from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampl
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss
 from lightning_modules.positional import sinusoids
 from lightning_modules.search import beam_search
-from lightning_modules.transformer import Transformer
+from lightning_modules.transformer import Transformer, prefers_explicit_attention
 
 PRECISIONS = ("32-true", "bf16-mixed")
 CLOCKS = ("wall", "cpu")
@@ -593,7 +593,8 @@ def lever_contender(options: BenchOptions, batches: list[dict[str, Any]], device
 
 def measure_levers(options: BenchOptions, batches: list[dict[str, Any]], device: torch.device, tokens: int) -> dict[str, Any]:
     """tokens/s of the default setting and its alternative for each lever; `wins` says whether the lever helps."""
-    explicit = options.precision == "bf16-mixed" and device.type == "cpu"  # what prefers_explicit_attention picks
+    compute_dtype = torch.bfloat16 if options.precision == "bf16-mixed" else torch.float32
+    explicit = prefers_explicit_attention(torch.empty(0, dtype=compute_dtype, device=device))
     chosen, other = ("explicit", "sdpa") if explicit else ("sdpa", "explicit")
     pairs: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
         "attention_kernel": (chosen, {"attention": chosen}, other, {"attention": other}),
@@ -902,8 +903,10 @@ LEVER_DEFAULTS = {
 NOTES = [
     "torch.compile is timed only with `--compile`: an earlier session measured 156 s of warm-up on this CPU and slower "
     "steps afterwards (dynamic shapes: every batch has other lengths), so it stays off by default on CPU.",
-    "No host-device synchronisation inside our training step: the token count is a Python int from the collate function, "
-    "the loss stays a tensor, and Lightning converts logged values only when a logger or progress bar reads them.",
+    "One host-device synchronisation per training step, on purpose: the divergence check reads whether the loss is "
+    "finite before the optimiser step (on CUDA it waits for the forward pass). Otherwise none: the token count is a "
+    "Python int from the collate function, the loss stays a tensor, and Lightning converts logged values only when a "
+    "logger or progress bar reads them.",
     "Data loading: batches are collated on the main process (`data.num_workers: 0`); the figure above is its share of a "
     "step. With a GPU, `data.num_workers: 1` and pinned memory (on whenever CUDA is present) take it off the critical path.",
     "Without a GPU in this session, MFU is not reported; on CUDA the bench reports model FLOPs/s against the GPU's dense "

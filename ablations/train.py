@@ -352,7 +352,6 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
                            log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())
         except Exception:  # e.g. a full disk: the original error matters more
             log.exception("could not record the failure of %s", run_dir)
-        finish_wandb(failed=True)
         raise
     finally:
-        finish_wandb(failed=False)
+        finish_wandb(failed=isinstance(sys.exc_info()[1], Exception))
