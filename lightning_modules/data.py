@@ -713,8 +713,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     Distributed: every rank builds the same global list of batches and takes ``batches[rank::world_size]``, so
     no pair is seen by two ranks in an epoch and every rank gets the same number of batches (DDP would hang
     otherwise). To make the count divisible by ``world_size`` without dropping data, the batches with the most
-    pairs are split in two (smaller batches stay within the budget); only when there are fewer pairs than ranks
-    are batches repeated (then some pairs are seen twice in that epoch).
+    pairs are split in two (smaller batches stay within the budget); only when every batch is down to one pair
+    (fewer pairs than ranks, or pairs so long that each fills the budget alone) are batches repeated, fewer than
+    ``world_size`` of them (those pairs are seen twice in that epoch).
 
     Epochs: ``set_epoch(e)``; Lightning calls it through ``self.sampler.set_epoch`` at each training epoch start
     (it looks for ``batch_sampler.sampler``), and ``epoch_fn`` (e.g. ``lambda: trainer.current_epoch``), if given,
@@ -821,7 +822,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             b = batches[j]
             batches[j: j + 1] = [b[: len(b) // 2], b[len(b) // 2:]]
             extra -= 1
-        if extra:  # fewer pairs than ranks: repeat from the start
+        if extra:  # every batch holds one pair: repeat from the start
             batches = batches + [batches[k % len(batches)] for k in range(extra)]
         return batches
 

@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import lightning_modules.data as data
@@ -208,6 +208,7 @@ def test_sampler_budget_shards_and_determinism():
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 200), world=st.integers(1, 5), budget=st.integers(80, 600), seed=st.integers(0, 5),
        repack=st.booleans())
+@example(n=7, world=4, budget=80, seed=1, repack=False)  # found by CI: seven one-pair batches for four ranks
 def test_sampler_properties(n, world, budget, seed, repack):
     ls, lt = random_lengths(n, seed)
     ls, lt = np.minimum(ls, budget), np.minimum(lt, budget)
@@ -218,8 +219,8 @@ def test_sampler_properties(n, world, budget, seed, repack):
         assert len({len(b) for b in per_rank}) == 1 and len(per_rank[0]) >= 1
         seen = [i for batches in per_rank for b in batches for i in b]
         assert set(seen) == set(range(n))
-        if n >= world:
-            assert len(seen) == n  # no example twice within an epoch
+        if len(seen) > n:  # repeats only to give every rank a batch when no batch can be split (one pair each)
+            assert len(seen) - n < world and all(len(b) == 1 for batches in per_rank for b in batches)
         for batches in per_rank:
             for b in batches:
                 assert padded(b, ls) <= budget and padded(b, lt) <= budget
