@@ -27,7 +27,9 @@ Early stopping (`stop`):
 * "none": every sentence runs to its maximum length (for checking the other rules).
 
 Cost. One host sync per step (whether any sentence is done). Done sentences leave the batch: their rows of the
-memory, mask and cache are dropped, so the remaining sentences decode faster.
+memory, mask and cache are dropped, so the remaining sentences decode faster. The encoder's memory is kept once
+per sentence, not per beam, and the decoder's cache never copies a beam's history when beams are reordered (see
+DecoderCache).
 """
 
 from __future__ import annotations
@@ -105,20 +107,15 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
     if cfg.positional != "none":
         limit = limit.clamp(max=cfg.max_positions - 1)  # BOS at position 0, the last token at position `limit`
     limit = limit.clamp(min=0)
-    L_cap = int(limit.max())  # one sync, before the loop
+    first_limit, L_cap = (int(x) for x in limit.aminmax())  # one sync, before the loop
 
-    memory, src_mask = model.encode(src)
-    memory = memory.repeat_interleave(K, dim=0)  # [B*K, S, D]: the K beams of a sentence are adjacent rows
-    src_mask = src_mask.repeat_interleave(K, dim=0)  # [B*K, 1, 1, S]
-    cache = model.new_cache() if use_cache else None
+    memory, src_mask = model.encode(src)  # [B, S, D], [B, 1, 1, S]: once per sentence; its K beams are adjacent rows
+    cache = model.new_cache(capacity=L_cap + 1) if use_cache else None  # BOS, then up to L_cap tokens
 
     # Banned tokens: pad always, BOS unless it doubles as EOS.
     V = cfg.vocab_size
-    banned = torch.zeros(V, dtype=torch.bool, device=device)
-    banned[cfg.pad_id] = True
-    if bos_id != eos_id:
-        banned[bos_id] = True
-    banned[eos_id] = False
+    banned = {cfg.pad_id} | ({bos_id} if bos_id != eos_id else set())
+    banned = torch.tensor(sorted(banned - {eos_id}), dtype=torch.long, device=device)
     only_eos = torch.full((V,), NEG_INF, device=device)
     only_eos[eos_id] = 0.0
 
@@ -135,7 +132,6 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
     scores[:, 0] = 0.0  # one live beam at the start, so the K beams do not duplicate it
     hist = torch.empty(B_all * K, 0, dtype=torch.long, device=device)  # generated tokens [B*K, t]
     last = torch.full((B_all * K, 1), bos_id, dtype=torch.long, device=device)
-    beam_offsets = torch.arange(K, device=device)
 
     t = 0  # tokens generated so far by every live beam
     while True:
@@ -145,11 +141,12 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         else:
             prefix = torch.cat([torch.full((B * K, 1), bos_id, dtype=torch.long, device=device), hist], dim=1)
             logits = model.decode(prefix, memory, src_mask)[:, -1]
-        logp = logits.float().log_softmax(dim=-1).masked_fill(banned, NEG_INF).view(B, K, V)
+        logp = logits.float().log_softmax(dim=-1).index_fill_(1, banned, NEG_INF).view(B, K, V)
         at_limit = lim <= t  # [B]: only EOS may follow
-        logp = torch.where(at_limit[:, None, None], logp + only_eos, logp)
+        if t >= first_limit:
+            logp = torch.where(at_limit[:, None, None], logp + only_eos, logp)
 
-        cand = (scores.unsqueeze(-1) + logp).view(B, K * V)
+        cand = logp.add_(scores.unsqueeze(-1)).view(B, K * V)  # in place: logp is not needed again
         cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # sorted, best first
         cand_beam, cand_tok = cand_idx // V, cand_idx % V
         is_eos = cand_tok == eos_id
@@ -186,22 +183,21 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
             bound = live_scores[:, 0] / lp_max
             done = (best_score[ids] >= bound) | at_limit
 
-        # Reorder rows to the live beams' parents, dropping done sentences: one index for everything.
-        rows = (torch.arange(B, device=device)[:, None] * K + live_beam).view(-1)  # [B*K]
+        # Reorder rows to the live beams' parents, dropping done sentences.
+        keep = None
         if bool(done.any()):  # the one host sync per step
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            keep_rows = (keep[:, None] * K + beam_offsets).view(-1)
-            memory, src_mask = memory[keep_rows], src_mask[keep_rows]
-            rows = rows.view(B, K)[keep].view(-1)
+            memory, src_mask = memory[keep], src_mask[keep]
             ids, lim = ids[keep], lim[keep]
-            live_scores, live_tok = live_scores[keep], live_tok[keep]
+            live_scores, live_tok, live_beam = live_scores[keep], live_tok[keep], live_beam[keep]
+        rows = ((keep if keep is not None else torch.arange(B, device=device))[:, None] * K + live_beam).view(-1)
         scores = live_scores
         hist = torch.cat([hist[rows], live_tok.reshape(-1, 1)], dim=1)
         last = live_tok.reshape(-1, 1)
         if cache is not None:
-            cache.reorder(rows)
+            cache.reorder(live_beam, keep)
 
     lengths = best_len.tolist()
     tokens = best_tokens.tolist()

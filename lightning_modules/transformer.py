@@ -23,30 +23,79 @@ from .positional import apply_rope, rope_tables, sinusoids
 
 @dataclass
 class LayerCache:
-    self_k: Optional[Tensor] = None  # [B, G, t, d_k], grows by one position per step
-    self_v: Optional[Tensor] = None  # [B, G, t, d_v]
-    cross_k: Optional[Tensor] = None  # [B, G, S, d_k], computed once per source
+    self_k: Optional[Tensor] = None  # [B, G, capacity, K, d_k]: position t of beam slot k, written once
+    self_v: Optional[Tensor] = None  # [B, G, capacity, K, d_v]
+    cross_k: Optional[Tensor] = None  # [B, G, S, d_k], projected once per source (not per beam)
     cross_v: Optional[Tensor] = None  # [B, G, S, d_v]
+    capacity: int = 16  # positions allocated at the first step; past them the buffers double
+
+    def append(self, k: Tensor, v: Tensor, start: int, beams: int) -> tuple[Tensor, Tensor]:
+        """Write the new positions k, v [B*K, G, T, d] at `start`; return every position so far, [B, G, (start+T)*K, d]."""
+        BK, G, T, _ = k.shape
+        if self.self_k is None or start + T > self.self_k.shape[2]:
+            self.self_k = _grown(self.self_k, k, start, beams, self.capacity)
+            self.self_v = _grown(self.self_v, v, start, beams, self.capacity)
+        end = start + T
+        for buffer, new in ((self.self_k, k), (self.self_v, v)):
+            buffer[:, :, start:end] = new.view(BK // beams, beams, G, T, -1).permute(0, 2, 3, 1, 4)  # [B, G, T, K, d]
+        return self.self_k[:, :, :end].flatten(2, 3), self.self_v[:, :, :end].flatten(2, 3)
+
+
+def _grown(buffer: Optional[Tensor], new: Tensor, length: int, beams: int, capacity: int) -> Tensor:
+    """[B, G, size, K, d] holding the first `length` positions of `buffer`: `capacity` positions, or twice what is
+    needed when the T new ones do not fit."""
+    BK, G, T, d = new.shape
+    size = capacity if length + T <= capacity else 2 * (length + T)
+    grown = new.new_empty(BK // beams, G, size, beams, d)
+    if buffer is not None:
+        grown[:, :, :length] = buffer[:, :, :length]
+    return grown
 
 
 @dataclass
 class DecoderCache:
-    """Keys and values of the decoder, so that each decoding step costs one new position."""
+    """Keys and values of the decoder, so that each decoding step costs one new position.
+
+    Rows are B sources x K beams (row b*K + k; K = 1 outside beam search). A position's self-attention keys and values
+    are written once, in the beam slot that produced them, and never copied when beam search reorders its beams:
+    `origin[b, k, t]` names the slot that holds beam k's ancestor at position t, and attention masks every other
+    slot. Copying each beam's history instead moves the whole cache twice per step (the reorder, then the append).
+    """
 
     layers: list[LayerCache]
     length: int = 0  # target positions already decoded
+    origin: Optional[Tensor] = None  # [B, K, length] slot of each beam's ancestor per position
 
     @classmethod
-    def empty(cls, n_layers: int) -> "DecoderCache":
-        return cls([LayerCache() for _ in range(n_layers)])
+    def empty(cls, n_layers: int, capacity: int = 16) -> "DecoderCache":
+        return cls([LayerCache(capacity=capacity) for _ in range(n_layers)])
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch entries `index` (beam search: the surviving hypotheses' parents)."""
-        for layer in self.layers:
-            for name in ("self_k", "self_v", "cross_k", "cross_v"):
-                value = getattr(layer, name)
-                if value is not None:
-                    setattr(layer, name, value.index_select(0, index))
+    def extend(self, sources: int, beams: int, new: int, device: torch.device) -> Optional[Tensor]:
+        """Claim `new` positions for every beam; the self-attention mask [B, 1, K*new, (length+new)*K] (True =
+        attend), None when every query may see every key (one beam, one new position)."""
+        slots = torch.arange(beams, device=device)
+        own = slots[None, :, None].expand(sources, beams, new)
+        self.origin = own if self.origin is None else torch.cat([self.origin, own], dim=2)  # [B, K, t1]
+        if beams == 1 and new == 1:
+            return None
+        end = self.length + new
+        visible = self.origin[:, :, None, :, None] == slots  # [B, K, 1, t1, K]
+        if new > 1:
+            causal = torch.arange(end, device=device) <= self.length + torch.arange(new, device=device)[:, None]
+            visible = visible & causal[:, :, None]  # [B, K, T, t1, K]
+        return visible.reshape(sources, 1, beams * new, end * beams)
+
+    def reorder(self, parents: Tensor, sources: Optional[Tensor] = None) -> None:
+        """Beam search moves on: new beam k of source b continues beam parents[b, k] [B', K]; `sources` [B'] keeps
+        those sources only (default: all, in order). Only the origin table moves, unless sources are dropped."""
+        if sources is not None:
+            for layer in self.layers:
+                for name in ("self_k", "self_v", "cross_k", "cross_v"):
+                    value = getattr(layer, name)
+                    if value is not None:
+                        setattr(layer, name, value.index_select(0, sources))
+            self.origin = self.origin.index_select(0, sources)
+        self.origin = self.origin.gather(1, parents[:, :, None].expand(-1, -1, self.origin.shape[2]))
 
 
 def prefers_explicit_attention(q: Tensor) -> bool:
@@ -91,17 +140,20 @@ class MultiHeadAttention(nn.Module):
         v = self.v_proj(x).view(B, L, self.g, self.d_v).transpose(1, 2)  # [B, G, L, d_v]
         return k, v
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
-        # q [B, H, T, d_k], k [B, G, L, d_k], v [B, G, L, d_v]; mask broadcasts to [B, H, T, L], True = attend
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, beams: int = 1) -> Tensor:
+        # q [B*K, H, T, d_k]: K rows (beams) per key row; k [B, G, L, d_k], v [B, G, L, d_v];
+        # mask broadcasts to [B, H, K*T, L], True = attend
+        BK, H, T, _ = q.shape
+        q = q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)  # [B, H, K*T, d_k]
         dropout = self.dropout if self.training else 0.0
         if prefers_explicit_attention(q):
             out = explicit_attention(q, k, v, mask, causal, dropout)  # [B, H, T, d_v]
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h, dropout_p=dropout,
-            )  # [B, H, T, d_v]
-        B, _, T, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))  # [B, T, D]
+            )  # [B, H, K*T, d_v]
+        out = out.view(BK // beams, H, beams, T, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d_v]
+        return self.out_proj(out.reshape(BK, T, self.h * self.d_v))  # [B*K, T, D]
 
     def queries(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
@@ -167,20 +219,18 @@ class DecoderLayer(nn.Module):
         self.self_res, self.cross_res, self.ffn_res = Residual(cfg), Residual(cfg), Residual(cfg)
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor, self_mask: Optional[Tensor],
-        rope: Optional[tuple[Tensor, Tensor]], cache: Optional[LayerCache],
+        self, x: Tensor, memory: Tensor, src_mask: Tensor, rope: Optional[tuple[Tensor, Tensor]], beams: int,
+        cache: Optional[LayerCache], offset: int, self_mask: Optional[Tensor],
     ) -> Tensor:
+        # x [B*K, T, D]: K rows (beams) per source; memory [B, S, D]
         def self_attention(y: Tensor) -> Tensor:
             q, (k, v) = self.self_attn.queries(y), self.self_attn.project_kv(y)
             if rope is not None:
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-            if cache is not None:
-                if cache.self_k is not None:
-                    k, v = torch.cat([cache.self_k, k], dim=2), torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
-            # Without a cache, or when the cache is empty, plain causal masking; else self_mask (or none for 1 step).
-            causal = self_mask is None and (cache is None or k.shape[2] == q.shape[2])
-            return self.self_attn.attend(q, k, v, self_mask, causal=causal)
+            if cache is None:
+                return self.self_attn.attend(q, k, v, None, causal=True)
+            k, v = cache.append(k, v, offset, beams)  # [B, G, (offset+T)*K, d]: every beam slot's positions
+            return self.self_attn.attend(q, k, v, self_mask, causal=False, beams=beams)
 
         def cross_attention(y: Tensor) -> Tensor:
             if cache is None:
@@ -189,7 +239,7 @@ class DecoderLayer(nn.Module):
                 if cache.cross_k is None:
                     cache.cross_k, cache.cross_v = self.cross_attn.project_kv(memory)
                 k, v = cache.cross_k, cache.cross_v
-            return self.cross_attn.attend(self.cross_attn.queries(y), k, v, src_mask, causal=False)
+            return self.cross_attn.attend(self.cross_attn.queries(y), k, v, src_mask, causal=False, beams=beams)
 
         x = self.self_res(x, self_attention)
         x = self.cross_res(x, cross_attention)
@@ -265,22 +315,25 @@ class Transformer(nn.Module):
         return self.encoder_norm(x), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: Optional[DecoderCache] = None) -> Tensor:
-        """tgt [B, T] (the new positions when a cache is given) -> logits [B, T, V]."""
+        """tgt [B*K, T] (the new positions when a cache is given), K rows (beams) per source of memory [B, S, D]
+        -> logits [B*K, T, V]."""
+        (BK, T), B = tgt.shape, memory.shape[0]
+        if BK % B:
+            raise ValueError(f"decode: {BK} target rows for {B} sources; expected a multiple (K beams per source)")
         offset = cache.length if cache is not None else 0
-        T = tgt.shape[1]
         x = self._embed(tgt, self.tgt_embed, getattr(self, "tgt_positions", None), offset)
-        self_mask = None
-        if cache is not None and offset > 0 and T > 1:  # several new positions after a cached prefix
-            self_mask = torch.ones(T, offset + T, dtype=torch.bool, device=tgt.device).tril(diagonal=offset)
+        self_mask = cache.extend(B, BK // B, T, tgt.device) if cache is not None else None
         rope = self._rope(offset, T)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, src_mask, self_mask, rope, cache.layers[i] if cache is not None else None)
+            x = layer(x, memory, src_mask, rope, beams=BK // B, cache=cache.layers[i] if cache is not None else None,
+                      offset=offset, self_mask=self_mask)
         if cache is not None:
             cache.length += T
         return self.out_proj(self.decoder_norm(x))
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache.empty(self.cfg.N)
+    def new_cache(self, capacity: int = 16) -> DecoderCache:
+        """An empty cache; `capacity`: the positions to allocate for at once (decoding longer grows it)."""
+        return DecoderCache.empty(self.cfg.N, capacity)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src [B, S], tgt_in [B, T] (BOS-prefixed targets) -> logits [B, T, V]."""

@@ -40,8 +40,11 @@ class HashLM(nn.Module):
         def __init__(self):
             self.state, self.length = None, 0
 
-        def reorder(self, index):
-            self.state = self.state.index_select(0, index)
+        def reorder(self, parents, sources=None):  # the Transformer's DecoderCache API: parents [B', K] within a source
+            state = self.state.view(-1, parents.shape[1])
+            if sources is not None:
+                state = state.index_select(0, sources)
+            self.state = state.gather(1, parents).view(-1)
 
     def __init__(self, seed: int, vocab_size: int = 8, temperature: float = 2.0, eos_slope: float = 0.8):
         super().__init__()
@@ -56,7 +59,7 @@ class HashLM(nn.Module):
         memory = src_hash.float()[:, None, None].expand(-1, src.shape[1], 1)
         return memory, (src != self.cfg.pad_id)[:, None, None, :]
 
-    def new_cache(self):
+    def new_cache(self, capacity: int = 16):
         return self.Cache()
 
     def _logits(self, state, position):
@@ -65,7 +68,11 @@ class HashLM(nn.Module):
         return logits
 
     def decode(self, tgt, memory, src_mask, cache=None):
-        state = cache.state if cache is not None and cache.state is not None else memory[:, 0, 0].long()
+        # tgt [B*K, T]: K rows (beams) per source of memory [B, S, 1], as in Transformer.decode
+        if cache is not None and cache.state is not None:
+            state = cache.state
+        else:
+            state = memory[:, 0, 0].long().repeat_interleave(tgt.shape[0] // memory.shape[0])
         offset = cache.length if cache is not None else 0
         out = []
         for i in range(tgt.shape[1]):

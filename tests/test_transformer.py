@@ -14,6 +14,7 @@ from torch import nn
 
 from lightning_modules.config import FFN, NORM, NORM_PLACEMENT, POSITIONAL, ModelConfig
 from lightning_modules.positional import apply_rope, rope_tables, sinusoids
+from lightning_modules import transformer
 from lightning_modules.transformer import (
     DecoderCache,
     explicit_attention,
@@ -251,12 +252,12 @@ def test_cached_decoding_equals_full_forward(overrides):
 def test_cache_reorder_equals_decoding_the_reordered_batch(positional):
     model = build(positional=positional, kv_heads=2)
     src, tgt = ragged_src(seed=9), tokens(3, 6, seed=10)
-    index = torch.tensor([2, 0, 0, 1])  # beam search: parents may repeat or vanish
+    index = torch.tensor([2, 0, 0, 1])  # one beam per source: sources may repeat or vanish
     with torch.no_grad():
         memory, mask = model.encode(src)
         cache = model.new_cache()
         first = model.decode(tgt[:, :3], memory, mask, cache)
-        cache.reorder(index)
+        cache.reorder(torch.zeros(4, 1, dtype=torch.long), sources=index)
         assert cache.length == 3
         for layer in cache.layers:
             assert layer.self_k.shape[0] == 4 and layer.cross_v.shape[0] == 4
@@ -269,16 +270,58 @@ def test_cache_reorder_equals_decoding_the_reordered_batch(positional):
 
 def test_cache_is_filled_once_per_source_and_grows_per_step():
     model = build()
-    src, tgt = ragged_src(), tokens(3, 4)
+    src, tgt = ragged_src(), tokens(3, 40)
     with torch.no_grad():
         memory, mask = model.encode(src)
-        cache = model.new_cache()
+        cache = model.new_cache(capacity=8)
         assert isinstance(cache, DecoderCache) and len(cache.layers) == 2 and cache.length == 0
         model.decode(tgt[:, :1], memory, mask, cache)
-        cross = cache.layers[0].cross_k
+        cross, buffer = cache.layers[0].cross_k, cache.layers[0].self_k
+        assert buffer.shape == (3, 4, 8, 1, 4)  # [B, G, capacity, K, d_k], allocated once for `capacity` positions
         model.decode(tgt[:, 1:3], memory, mask, cache)
-        assert cache.layers[0].cross_k is cross  # projected once
-        assert cache.layers[0].self_k.shape == (3, 4, 3, 4) and cache.layers[1].self_v.shape == (3, 4, 3, 4)
+        assert cache.layers[0].cross_k is cross and cache.layers[0].self_k is buffer  # projected once, written in place
+        model.decode(tgt[:, 3:9], memory, mask, cache)  # past the capacity: the buffer grows, keeping what it held
+        assert cache.length == 9 and cache.layers[1].self_v.shape == (3, 4, 18, 1, 4)
+        full = model(src, tgt[:, :10])
+        assert close(model.decode(tgt[:, 9:10], memory, mask, cache), full[:, 9:10])
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(kv_heads=2, positional="rope", norm_placement="pre"),
+                                       dict(positional="learned", d_k=6, d_v=3)], ids=["paper", "gqa-rope-pre", "learned-dkdv"])
+@pytest.mark.parametrize("kernel", ["sdpa", "explicit"])
+def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeypatch):
+    """Beam search's use of the cache: K rows per source, beams reordered every step (parents repeat and vanish),
+    a source dropped half way. Each step's logits must equal a full forward pass over that beam's whole history."""
+    monkeypatch.setattr(transformer, "prefers_explicit_attention", lambda q: kernel == "explicit")
+    model = build(**overrides)
+    src, K, steps = ragged_src(seed=11), 3, 7
+    g = torch.Generator().manual_seed(12)
+    with torch.no_grad():
+        memory, mask = model.encode(src)  # once per source: the K beams share it
+        cache = model.new_cache(capacity=4)  # small: also grows mid-search
+        sources = torch.arange(3)  # original index of each live source
+        history = torch.randint(1, VOCAB, (3 * K, 1), generator=g)  # [B*K, t]: every beam starts with its own token
+        for step in range(steps):
+            logits = model.decode(history[:, -1:], memory, mask, cache)  # [B*K, 1, V]
+            want = model.decode(history, memory, mask)[:, -1:]  # uncached: memory per source, K rows each
+            assert close(logits, want)
+            B = sources.shape[0]
+            parents = torch.randint(0, K, (B, K), generator=g)  # [B, K]: beam k continues beam parents[b, k]
+            keep = None
+            if step == 3:  # the middle source finishes
+                keep = torch.tensor([0, 2])
+                memory, mask, sources, parents = memory[keep], mask[keep], sources[keep], parents[keep]
+            rows = ((keep if keep is not None else torch.arange(B))[:, None] * K + parents).view(-1)
+            history = torch.cat([history[rows], torch.randint(1, VOCAB, (rows.shape[0], 1), generator=g)], dim=1)
+            cache.reorder(parents, keep)
+        assert cache.length == steps and cache.origin.shape == (2, K, steps)
+
+
+def test_decode_rejects_rows_that_are_not_beams_of_the_sources():
+    model = build()
+    memory, mask = model.encode(ragged_src())
+    with pytest.raises(ValueError, match="4 target rows for 3 sources"):
+        model.decode(tokens(4, 2), memory, mask)
 
 
 @pytest.mark.parametrize("case", ["pad mask", "causal", "grouped", "one query"])
