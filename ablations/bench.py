@@ -56,6 +56,14 @@ BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, 
 RATIO_KEYS = ("train_vs_marian", "train_vs_torch_transformer", "train_vs_bare_loop", "decode_vs_hf_generate", "decode_vs_uncached")
 
 
+# Model widths and batch size per `--dims`: the small preset's (what this CPU's figures use) and the paper's base
+# model at its 25,000-token batches, for a GPU's tokens/s and MFU. The vocabulary stays the built-in corpus's BPE.
+DIMENSIONS: dict[str, dict[str, int]] = {
+    "small": dict(d_model=128, d_ff=512, heads=8, layers=6, batch_tokens=2048),
+    "base": dict(d_model=512, d_ff=2048, heads=8, layers=6, batch_tokens=25_000),
+}
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """What `ablate bench` measures and how long it spends on it."""
@@ -113,6 +121,14 @@ class BenchOptions:
         settings = dict(rounds=3, timed_batches=2, decode_sentences=32, decode_batch_sentences=32, decode_rounds=2, levers=False)
         settings.update(overrides)
         return cls(**settings)
+
+    @classmethod
+    def at(cls, dims: str, quick: bool = False, **overrides: Any) -> "BenchOptions":
+        """The options for DIMENSIONS[dims] ("small" or "base"), full or quick."""
+        if dims not in DIMENSIONS:
+            raise ValueError(f"bench dims = {dims!r}: expected one of {', '.join(DIMENSIONS)}")
+        settings = {**DIMENSIONS[dims], **overrides}
+        return cls.quick(**settings) if quick else cls(**settings)
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(vocab_size=self.vocab_size, N=self.layers, d_model=self.d_model, d_ff=self.d_ff, h=self.heads,

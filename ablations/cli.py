@@ -186,7 +186,7 @@ def bench_command_line(args: argparse.Namespace) -> str:
     for flag in ("quick", "compile", "no_levers"):
         if getattr(args, flag):
             words.append("--" + flag.replace("_", "-"))
-    for flag in ("markdown", "multi30k", "threads", "device", "precision", "clock", "peak_tflops"):
+    for flag in ("dims", "markdown", "multi30k", "threads", "device", "precision", "clock", "peak_tflops"):
         if getattr(args, flag) is not None:
             words += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     return " ".join(words)
@@ -206,7 +206,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                  "compile": args.compile, "clock": args.clock, "peak_tflops": args.peak_tflops}
     if args.no_levers:
         overrides["levers"] = False
-    options = BenchOptions.quick(**overrides) if args.quick else BenchOptions(**overrides)
+    options = BenchOptions.at(args.dims or "small", quick=args.quick, **overrides)
     result = run_bench(options, progress=lambda message: print(f"[bench] {message}", file=sys.stderr, flush=True))
     if args.markdown:
         Path(args.markdown).write_text(to_markdown(result, bench_command_line(args)), encoding="utf-8")
@@ -309,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
         "peak memory; and each speed lever against its alternative. Needs `transformers` (the dev extra).",
     )
     bench.add_argument("--quick", action="store_true", help="about a minute: fewer rounds and sentences, no lever timings")
+    bench.add_argument("--dims", choices=("small", "base"),
+                       help="small (default): d_model 128, 2,048-token batches, sized for a CPU core; base: the paper's base "
+                            "model (d_model 512, d_ff 2048) at its 25,000-token batches, for a GPU's tokens/s and MFU")
     bench.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     bench.add_argument("--markdown", metavar="FILE", help="also write the report, e.g. results/bench.md")
     bench.add_argument("--multi30k", metavar="DIR", help="Multi30k directory (train.en/train.de ...), for its padding efficiency")

@@ -70,6 +70,19 @@ def test_options_name_the_bad_field():
     assert BenchOptions.quick().rounds < BenchOptions().rounds
 
 
+def test_dims_choose_the_model_and_batch_and_the_command_line_says_so():
+    assert BenchOptions.at("small") == BenchOptions()  # the defaults are the small preset's widths
+    base = BenchOptions.at("base", quick=True, device="cpu")
+    assert (base.d_model, base.d_ff, base.heads, base.layers, base.batch_tokens) == (512, 2048, 8, 6, 25_000)
+    assert base.rounds == BenchOptions.quick().rounds and base.model_config().head_dim_k == 64
+    with pytest.raises(ValueError, match="bench dims = 'big'"):
+        BenchOptions.at("big")
+    from ablations.cli import bench_command_line, build_parser
+
+    args = build_parser().parse_args(["bench", "--dims", "base", "--device", "cuda", "--json"])
+    assert bench_command_line(args) == "OMP_NUM_THREADS=1 ablate bench --dims base --threads 1 --device cuda --clock wall"
+
+
 def test_the_attention_lever_forces_each_kernel_and_restores_the_choice(one_thread, monkeypatch):
     from lightning_modules import transformer
 
