@@ -148,7 +148,7 @@ class MultiHeadAttention(nn.Module):
         q = q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)  # [B, H, K*T, d_k]
         dropout = self.dropout if self.training else 0.0
         if prefers_explicit_attention(q):
-            out = explicit_attention(q, k, v, mask, causal, dropout)  # [B, H, T, d_v]
+            out = explicit_attention(q, k, v, mask, causal, dropout)  # [B, H, K*T, d_v]
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h, dropout_p=dropout,
