@@ -17,38 +17,41 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import native
 from .config import ModelConfig
 from .positional import apply_rope, rope_tables, sinusoids
 
 
 @dataclass
 class LayerCache:
-    self_k: Optional[Tensor] = None  # [B, G, capacity, K, d_k]: position t of beam slot k, written once
-    self_v: Optional[Tensor] = None  # [B, G, capacity, K, d_v]
+    self_k: Optional[Tensor] = None  # [B, capacity, K, G, d_k]: position t of beam slot k, written once
+    self_v: Optional[Tensor] = None  # [B, capacity, K, G, d_v]
     cross_k: Optional[Tensor] = None  # [B, G, S, d_k], projected once per source (not per beam)
     cross_v: Optional[Tensor] = None  # [B, G, S, d_v]
     capacity: int = 16  # positions allocated at the first step; past them the buffers double
 
     def append(self, k: Tensor, v: Tensor, start: int, beams: int) -> tuple[Tensor, Tensor]:
-        """Write the new positions k, v [B*K, G, T, d] at `start`; return every position so far, [B, G, (start+T)*K, d]."""
+        """Write the new positions k, v [B*K, G, T, d] at `start`; return every position so far as [B, G, (start+T)*K, d]
+        views (row t*K + k: position t of slot k). Position-major, so that a sentence's history is one contiguous
+        block and a position's heads are adjacent: a decoding step reads it as a stream."""
         BK, G, T, _ = k.shape
-        if self.self_k is None or start + T > self.self_k.shape[2]:
+        if self.self_k is None or start + T > self.self_k.shape[1]:
             self.self_k = _grown(self.self_k, k, start, beams, self.capacity)
             self.self_v = _grown(self.self_v, v, start, beams, self.capacity)
         end = start + T
         for buffer, new in ((self.self_k, k), (self.self_v, v)):
-            buffer[:, :, start:end] = new.view(BK // beams, beams, G, T, -1).permute(0, 2, 3, 1, 4)  # [B, G, T, K, d]
-        return self.self_k[:, :, :end].flatten(2, 3), self.self_v[:, :, :end].flatten(2, 3)
+            buffer[:, start:end] = new.view(BK // beams, beams, G, T, -1).permute(0, 3, 1, 2, 4)  # [B, T, K, G, d]
+        return self.self_k[:, :end].flatten(1, 2).transpose(1, 2), self.self_v[:, :end].flatten(1, 2).transpose(1, 2)
 
 
 def _grown(buffer: Optional[Tensor], new: Tensor, length: int, beams: int, capacity: int) -> Tensor:
-    """[B, G, size, K, d] holding the first `length` positions of `buffer`: `capacity` positions, or twice what is
+    """[B, size, K, G, d] holding the first `length` positions of `buffer`: `capacity` positions, or twice what is
     needed when the T new ones do not fit."""
     BK, G, T, d = new.shape
     size = capacity if length + T <= capacity else 2 * (length + T)
-    grown = new.new_empty(BK // beams, G, size, beams, d)
+    grown = new.new_empty(BK // beams, size, beams, G, d)
     if buffer is not None:
-        grown[:, :, :length] = buffer[:, :, :length]
+        grown[:, :length] = buffer[:, :length]
     return grown
 
 
@@ -71,13 +74,13 @@ class DecoderCache:
     def empty(cls, n_layers: int, capacity: int = 16) -> "DecoderCache":
         return cls([LayerCache(capacity=capacity) for _ in range(n_layers)])
 
-    def extend(self, sources: int, beams: int, new: int, device: torch.device) -> Optional[Tensor]:
+    def extend(self, sources: int, beams: int, new: int, device: torch.device, mask: bool = True) -> Optional[Tensor]:
         """Claim `new` positions for every beam; the self-attention mask [B, 1, K*new, (length+new)*K] (True =
-        attend), None when every query may see every key (one beam, one new position)."""
+        attend), None when every query may see every key (one beam, one new position) or `mask` is False."""
         slots = torch.arange(beams, device=device)
         own = slots[None, :, None].expand(sources, beams, new)
         self.origin = own if self.origin is None else torch.cat([self.origin, own], dim=2)  # [B, K, t1]
-        if beams == 1 and new == 1:
+        if not mask or (beams == 1 and new == 1):
             return None
         end = self.length + new
         visible = self.origin[:, :, None, :, None] == slots  # [B, K, 1, t1, K]
@@ -97,6 +100,15 @@ class DecoderCache:
                         setattr(layer, name, value.index_select(0, sources))
             self.origin = self.origin.index_select(0, sources)
         self.origin = self.origin.gather(1, parents[:, :, None].expand(-1, -1, self.origin.shape[2]))
+
+
+@dataclass(frozen=True)
+class StepKeys:
+    """The keys each query of one decoding step sees, as the native kernel takes them (see native.decode_attention):
+    the origin table [B, K, t] for self-attention, the real source tokens [B, S] for cross-attention."""
+
+    origin: Optional[Tensor] = None
+    valid: Optional[Tensor] = None
 
 
 def prefers_explicit_attention(q: Tensor) -> bool:
@@ -141,10 +153,13 @@ class MultiHeadAttention(nn.Module):
         v = self.v_proj(x).view(B, L, self.g, self.d_v).transpose(1, 2)  # [B, G, L, d_v]
         return k, v
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, beams: int = 1) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor | StepKeys], causal: bool, beams: int = 1) -> Tensor:
         # q [B*K, H, T, d_k]: K rows (beams) per key row; k [B, G, L, d_k], v [B, G, L, d_v];
-        # mask broadcasts to [B, H, K*T, L], True = attend
+        # mask broadcasts to [B, H, K*T, L], True = attend, or names the keys of one decoding step (T = 1)
         BK, H, T, _ = q.shape
+        if isinstance(mask, StepKeys):
+            out = native.decode_attention(q.view(BK, H, -1), k, v, mask.origin, mask.valid)  # [B*K, H*d_v]
+            return self.out_proj(out.view(BK, 1, -1))
         q = q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)  # [B, H, K*T, d_k]
         dropout = self.dropout if self.training else 0.0
         if prefers_explicit_attention(q):
@@ -220,10 +235,10 @@ class DecoderLayer(nn.Module):
         self.self_res, self.cross_res, self.ffn_res = Residual(cfg), Residual(cfg), Residual(cfg)
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor, rope: Optional[tuple[Tensor, Tensor]], beams: int,
-        cache: Optional[LayerCache], offset: int, self_mask: Optional[Tensor],
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | StepKeys, rope: Optional[tuple[Tensor, Tensor]], beams: int,
+        cache: Optional[LayerCache], offset: int, self_mask: Optional[Tensor | StepKeys],
     ) -> Tensor:
-        # x [B*K, T, D]: K rows (beams) per source; memory [B, S, D]
+        # x [B*K, T, D]: K rows (beams) per source; memory [B, S, D]; the masks as MultiHeadAttention.attend takes them
         def self_attention(y: Tensor) -> Tensor:
             q, (k, v) = self.self_attn.queries(y), self.self_attn.project_kv(y)
             if rope is not None:
@@ -323,7 +338,11 @@ class Transformer(nn.Module):
             raise ValueError(f"decode: {BK} target rows for {B} sources; expected a multiple (K beams per source)")
         offset = cache.length if cache is not None else 0
         x = self._embed(tgt, self.tgt_embed, getattr(self, "tgt_positions", None), offset)
-        self_mask = cache.extend(B, BK // B, T, tgt.device) if cache is not None else None
+        # One new position per beam on CPU in fp32: the native kernel reads each beam's own keys (see native.py).
+        step_natively = cache is not None and T == 1 and not self.training and native.usable(x)
+        self_mask = cache.extend(B, BK // B, T, tgt.device, mask=not step_natively) if cache is not None else None
+        if step_natively:
+            self_mask, src_mask = StepKeys(origin=cache.origin.contiguous()), StepKeys(valid=src_mask.reshape(B, -1))
         rope = self._rope(offset, T)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, rope, beams=BK // B, cache=cache.layers[i] if cache is not None else None,

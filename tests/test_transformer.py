@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import shutil
 
 import pytest
 import torch
@@ -14,7 +16,8 @@ from torch import nn
 
 from lightning_modules.config import FFN, NORM, NORM_PLACEMENT, POSITIONAL, ModelConfig
 from lightning_modules.positional import apply_rope, rope_tables, sinusoids
-from lightning_modules import transformer
+from lightning_modules.search import beam_search
+from lightning_modules import native, transformer
 from lightning_modules.transformer import (
     DecoderCache,
     explicit_attention,
@@ -277,23 +280,30 @@ def test_cache_is_filled_once_per_source_and_grows_per_step():
         assert isinstance(cache, DecoderCache) and len(cache.layers) == 2 and cache.length == 0
         model.decode(tgt[:, :1], memory, mask, cache)
         cross, buffer = cache.layers[0].cross_k, cache.layers[0].self_k
-        assert buffer.shape == (3, 4, 8, 1, 4)  # [B, G, capacity, K, d_k], allocated once for `capacity` positions
+        assert buffer.shape == (3, 8, 1, 4, 4)  # [B, capacity, K, G, d_k], allocated once for `capacity` positions
         model.decode(tgt[:, 1:3], memory, mask, cache)
         assert cache.layers[0].cross_k is cross and cache.layers[0].self_k is buffer  # projected once, written in place
         model.decode(tgt[:, 3:9], memory, mask, cache)  # past the capacity: the buffer grows, keeping what it held
-        assert cache.length == 9 and cache.layers[1].self_v.shape == (3, 4, 18, 1, 4)
+        assert cache.length == 9 and cache.layers[1].self_v.shape == (3, 18, 1, 4, 4)
         full = model(src, tgt[:, :10])
         assert close(model.decode(tgt[:, 9:10], memory, mask, cache), full[:, 9:10])
 
 
 @pytest.mark.parametrize("overrides", [dict(), dict(kv_heads=2, positional="rope", norm_placement="pre"),
                                        dict(positional="learned", d_k=6, d_v=3)], ids=["paper", "gqa-rope-pre", "learned-dkdv"])
-@pytest.mark.parametrize("kernel", ["sdpa", "explicit"])
+@pytest.mark.parametrize("kernel", ["sdpa", "explicit", "native"])
 def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeypatch):
     """Beam search's use of the cache: K rows per source, beams reordered every step (parents repeat and vanish),
-    a source dropped half way. Each step's logits must equal a full forward pass over that beam's whole history."""
+    a source dropped half way. Each step's logits must equal a full forward pass over that beam's whole history.
+    The native kernel runs in fp32 (the others in fp64), hence its tolerance."""
     monkeypatch.setattr(transformer, "prefers_explicit_attention", lambda q: kernel == "explicit")
     model = build(**overrides)
+    tol, native_calls = 1e-9, []
+    if kernel == "native":
+        require_native_kernel()
+        model, tol = model.float(), 2e-5
+        kernel_call = native.decode_attention
+        monkeypatch.setattr(native, "decode_attention", lambda *args: native_calls.append(1) or kernel_call(*args))
     src, K, steps = ragged_src(seed=11), 3, 7
     g = torch.Generator().manual_seed(12)
     with torch.no_grad():
@@ -304,7 +314,7 @@ def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeyp
         for step in range(steps):
             logits = model.decode(history[:, -1:], memory, mask, cache)  # [B*K, 1, V]
             want = model.decode(history, memory, mask)[:, -1:]  # uncached: memory per source, K rows each
-            assert close(logits, want)
+            assert close(logits, want, tol)
             B = sources.shape[0]
             parents = torch.randint(0, K, (B, K), generator=g)  # [B, K]: beam k continues beam parents[b, k]
             keep = None
@@ -315,6 +325,116 @@ def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeyp
             history = torch.cat([history[rows], torch.randint(1, VOCAB, (rows.shape[0], 1), generator=g)], dim=1)
             cache.reorder(parents, keep)
         assert cache.length == steps and cache.origin.shape == (2, K, steps)
+    assert len(native_calls) == (2 * model.cfg.N * steps if kernel == "native" else 0)  # self and cross, every layer
+
+
+def require_native_kernel() -> None:
+    """The kernel must build wherever a C++ compiler exists (CI has one); only a machine without any may skip."""
+    if native.library() is None:
+        if shutil.which("c++") or shutil.which("g++") or shutil.which("clang++") or os.environ.get("CXX"):
+            pytest.fail("a C++ compiler is present but the native decoding kernel did not build (see the warning)")
+        pytest.skip("no C++ compiler: the native decoding kernel cannot be built here")
+
+
+def reference_step_attention(q, k, v, origin, valid):
+    """What the native kernel computes, by masking SDPA: q [B*K, H, d_k], k/v [B, G, R, d] -> [B*K, H*d_v]."""
+    BK, H, _ = q.shape
+    B, G, R, _ = k.shape
+    K = BK // B
+    if origin is not None:  # beam k sees row p*K + origin[b, k, p]
+        L = origin.shape[-1]
+        rows = torch.arange(L) * K + origin  # [B, K, L]
+        mask = torch.zeros(B, K, R, dtype=torch.bool).scatter_(2, rows, True)
+    else:
+        mask = torch.zeros(B, K, R, dtype=torch.bool)
+        mask[..., : valid.shape[-1]] = valid[:, None, :]
+    qq = q.view(B, K, H, -1).transpose(1, 2)  # [B, H, K, d_k]
+    out = torch.nn.functional.scaled_dot_product_attention(qq, k, v, attn_mask=mask[:, None], enable_gqa=G != H)
+    return out.transpose(1, 2).reshape(BK, -1)
+
+
+@pytest.mark.parametrize("d_k,d_v", [(16, 16), (32, 32), (6, 3)], ids=["d16", "d32", "generic-d6-d3"])
+@pytest.mark.parametrize("K", [1, 3, 5])
+@pytest.mark.parametrize("grouped", [False, True], ids=["mha", "gqa"])
+def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped):
+    """Self-attention through the origin table (random ancestors, strided cache views) and cross-attention over
+    the real source tokens, against SDPA with the equivalent mask."""
+    require_native_kernel()
+    g = torch.Generator().manual_seed(K * 100 + d_k)
+    B, H, L, S = 3, 4, 9, 7
+    G = 2 if grouped else H
+    q = torch.randn(B * K, H, d_k, generator=g)
+    buffer_k, buffer_v = torch.randn(B, L + 4, K, G, d_k, generator=g), torch.randn(B, L + 4, K, G, d_v, generator=g)
+    k, v = (buffer[:, :L].flatten(1, 2).transpose(1, 2) for buffer in (buffer_k, buffer_v))  # [B, G, L*K, d], as the cache
+    origin = torch.randint(0, K, (B, K, L), generator=g)
+    assert close(native.decode_attention(q, k, v, origin, None), reference_step_attention(q, k, v, origin, None), 1e-5)
+
+    memory_k = torch.randn(B, S, G, d_k, generator=g).transpose(1, 2)  # [B, G, S, d_k], as project_kv returns it
+    memory_v = torch.randn(B, S, G, d_v, generator=g).transpose(1, 2)
+    valid = torch.rand(B, S, generator=g) > 0.4
+    valid[:, 0] = True
+    want = reference_step_attention(q, memory_k, memory_v, None, valid)
+    assert close(native.decode_attention(q, memory_k, memory_v, None, valid), want, 1e-5)
+
+
+def test_native_step_attention_over_no_key_is_nan_like_softmax():
+    require_native_kernel()
+    q, k, v = torch.randn(2, 2, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
+    assert native.decode_attention(q, k, v, None, torch.zeros(1, 3, dtype=torch.bool)).isnan().all()
+
+
+def test_native_kernel_rejects_what_it_cannot_read():
+    require_native_kernel()
+    q, k, v = torch.randn(2, 4, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
+    with pytest.raises(ValueError, match="fp32"):
+        native.decode_attention(q.double(), k.double(), v.double(), None, None)
+    with pytest.raises(ValueError, match="contiguous"):
+        native.decode_attention(q, k.transpose(2, 3).contiguous().transpose(2, 3), v, None, None)
+    with pytest.raises(ValueError, match="4 query heads for 3"):
+        native.decode_attention(q, torch.randn(1, 3, 3, 16), torch.randn(1, 3, 3, 16), None, None)
+
+
+def test_native_kernel_only_where_it_applies():
+    """fp32 on CPU, no gradient, no autocast, enabled: anything else decodes with PyTorch's attention."""
+    require_native_kernel()
+    x = torch.randn(2, 1, 16)
+    with torch.no_grad():
+        assert native.usable(x) and not native.usable(x.double())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not native.usable(x)
+    assert not native.usable(x)  # gradients on
+
+
+def test_beam_search_returns_the_same_with_and_without_the_native_kernel(monkeypatch):
+    require_native_kernel()
+    model, src = build(kv_heads=2).float(), ragged_src(seed=5)
+    searched = {}
+    for enabled in (True, False):
+        monkeypatch.setattr(native, "enabled", enabled)
+        searched[enabled] = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
+    assert searched[True][0] == searched[False][0]
+    assert close(searched[True][1], searched[False][1], 1e-5)
+
+
+def test_decoding_falls_back_to_pytorch_without_a_compiler(monkeypatch, tmp_path):
+    model = build().float()
+    src = ragged_src()
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        want = model.decode(tokens(3, 4), memory, mask)[:, -1:]
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("ATTENTION_KERNEL_CACHE", str(tmp_path / "kernels"))
+    native.library.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="native decoding kernel unavailable"):
+            assert native.library() is None
+        with torch.no_grad():
+            cache = model.new_cache()
+            for t in range(4):
+                got = model.decode(tokens(3, 4)[:, t : t + 1], memory, mask, cache)
+        assert close(got, want, 1e-5)
+    finally:
+        native.library.cache_clear()
 
 
 def test_decode_rejects_rows_that_are_not_beams_of_the_sources():

@@ -1,0 +1,127 @@
+"""The native CPU kernel for one incremental decoding step's attention (kernels/decode_attention.cpp).
+
+It is compiled with the machine's C++ compiler on first use (about a second), cached under
+$ATTENTION_KERNEL_CACHE (default ~/.cache/attention-ablations/kernels, keyed by source, flags, compiler and CPU)
+and called through ctypes, so it needs neither PyTorch's headers nor a build step at install. Where no compiler
+works, decoding falls back to PyTorch's attention with one warning; ATTENTION_NATIVE_DECODING=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("kernels") / "decode_attention.cpp"
+# -march=native: the vector width of this CPU (its binary is cached per CPU); no -ffast-math, whose finite-math
+# assumption would break the -inf handling; -fopenmp-simd only honours the kernel's `omp simd` loops (no runtime).
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
+PORTABLE_FLAGS = tuple(flag for flag in FLAGS if flag != "-march=native")  # compilers without -march=native
+
+enabled = os.environ.get("ATTENTION_NATIVE_DECODING", "1") != "0"
+
+
+def usable(x: Tensor) -> bool:
+    """Whether a decoding step on `x` (the decoder's input) can run its attention natively: fp32 on CPU, no autocast,
+    no gradient (the kernel has no backward), and the kernel builds on this machine."""
+    return (enabled and x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu") and library() is not None)
+
+
+def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], valid: Optional[Tensor]) -> Tensor:
+    """softmax(q k^T / sqrt(d_k)) v for one new position per query row, over the key rows each query may see.
+
+    q [B*K, H, d_k] contiguous: beam k of source b is row b*K + k. k [B, G, R, d_k], v [B, G, R, d_v] with unit
+    stride in the last dimension. origin [B, K, L] (self-attention over the cache): beam k sees row p*K + origin[b, k, p]
+    for each position p < L. Otherwise (cross-attention) every beam sees rows p < L where valid [B, L] (default: all).
+    Returns [B*K, H*d_v].
+    """
+    lib = library()
+    if lib is None:
+        raise RuntimeError("the native decoding kernel is not available on this machine (see the warning above)")
+    BK, H, d_k = q.shape
+    B, G, _, d_v = v.shape
+    L = origin.shape[-1] if origin is not None else valid.shape[-1] if valid is not None else k.shape[2]
+    if not (q.dtype == k.dtype == v.dtype == torch.float32 and q.is_contiguous() and k.stride(3) == 1 and v.stride(3) == 1
+            and (origin is None or origin.is_contiguous()) and (valid is None or valid.is_contiguous())):
+        raise ValueError("decode_attention: expected fp32 tensors, q, origin and valid contiguous, k and v contiguous in "
+                         "their last dimension")
+    out = q.new_empty(BK, H * d_v)
+    status = lib.decode_attention(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *k.stride()[:3], *v.stride()[:3],
+        origin.data_ptr() if origin is not None else None, valid.data_ptr() if valid is not None else None,
+        B, BK // B, H, G, L, d_k, d_v, d_k**-0.5,
+    )
+    if status:
+        raise ValueError(f"decode_attention: {H} query heads for {G} key/value heads; expected a multiple")
+    return out
+
+
+@functools.cache
+def library() -> Optional[ctypes.CDLL]:
+    """The compiled kernel, building it on first use; None (and one warning) where it cannot be built."""
+    if not enabled:
+        return None
+    try:
+        path = _build()
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError, RuntimeError) as error:
+        warnings.warn(f"native decoding kernel unavailable, decoding uses PyTorch attention: {error}", RuntimeWarning, stacklevel=2)
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.decode_attention.argtypes = [ptr] * 4 + [i64] * 6 + [ptr, ptr] + [i64] * 7 + [ctypes.c_float]
+    lib.decode_attention.restype = ctypes.c_int
+    return lib
+
+
+def _build() -> Path:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler found (set CXX)")
+    source = SOURCE.read_bytes()
+    directory = Path(os.environ.get("ATTENTION_KERNEL_CACHE") or Path.home() / ".cache" / "attention-ablations" / "kernels")
+    errors = []
+    for flags in (FLAGS, PORTABLE_FLAGS):
+        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler.encode(), _cpu_identity().encode()]))
+        target = directory / f"decode_attention-{key.hexdigest()[:16]}.so"
+        if target.exists():
+            return target
+        directory.mkdir(parents=True, exist_ok=True)
+        # A private file renamed into place: concurrent workers never load a half-written library.
+        handle, scratch = tempfile.mkstemp(suffix=".so", dir=directory)
+        os.close(handle)
+        try:
+            result = subprocess.run([compiler, *flags, str(SOURCE), "-o", scratch], capture_output=True, text=True, timeout=300)
+            if result.returncode == 0:
+                os.replace(scratch, target)
+                return target
+            errors.append(f"{compiler} {' '.join(flags)}: {result.stderr.strip()[-500:]}")
+        finally:
+            if os.path.exists(scratch):
+                os.unlink(scratch)
+    raise RuntimeError("compiling kernels/decode_attention.cpp failed: " + " | ".join(errors))
+
+
+def _cpu_identity() -> str:
+    """What -march=native depends on: the CPU model and its instruction-set flags."""
+    identity = [platform.machine(), platform.processor()]
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags", "Features")):
+                identity.append(line)
+                if len(identity) >= 4:
+                    break
+    except OSError:
+        pass
+    return "\n".join(identity)
