@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
+from lightning_modules import native
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler, TranslationDataModule, collate_pairs
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss
@@ -563,6 +564,17 @@ def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[
     return outputs
 
 
+@contextmanager
+def native_decoding(enabled: bool) -> Iterator[None]:
+    """Our decoder with its attention in the native kernel (where it builds) or in PyTorch's."""
+    before = native.enabled
+    native.enabled = enabled
+    try:
+        yield
+    finally:
+        native.enabled = before
+
+
 def timed(fn: Callable[[], Any], device: torch.device) -> tuple[dict[str, float], Any]:
     synchronize(device)
     started = Mark.now()
@@ -768,11 +780,18 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     sources = decode_sources(data, options, device)
     probe = batches[0]
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
+    def ours_with_pytorch_attention() -> list[list[int]]:
+        with native_decoding(False):
+            return decode_ours(model, sources, options.beam_size, use_cache=True)
+
+    native_kernel = device.type == "cpu" and native.library() is not None  # built before the timed rounds
     decoders = {
         "ours": lambda: decode_ours(model, sources, options.beam_size, use_cache=True),
         "uncached": lambda: decode_ours(model, sources, options.beam_size, use_cache=False),
         "hf_generate": lambda: decode_hf(hf, sources, options.beam_size),
     }
+    if native_kernel:  # the lever: the same cached decoder with PyTorch's attention
+        decoders["ours_pytorch_attention"] = ours_with_pytorch_attention
     decode_seconds: dict[str, list[dict[str, float]]] = {name: [] for name in decoders}
     outputs: dict[str, list[list[int]]] = {}
     for _ in range(options.decode_rounds):
@@ -785,12 +804,18 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     decode_rate = {name: n_sentences / median_seconds(seconds, clock) for name, seconds in decode_seconds.items()}
     if outputs["ours"] != outputs["uncached"]:
         raise RuntimeError("cached and uncached beam search returned different outputs: the key/value cache is wrong")
+    if native_kernel and outputs["ours"] != outputs["ours_pytorch_attention"]:
+        raise RuntimeError("beam search returned different outputs with the native attention kernel and with PyTorch's")
     same_as_hf = sum(a == b for a, b in zip(outputs["ours"], outputs["hf_generate"])) / max(n_sentences, 1)
 
     levers: dict[str, Any] = {}
     if options.levers:
         progress("levers")
         levers = measure_levers(options, batches, device, timed_tokens)
+    if native_kernel:
+        levers["decode_attention_kernel"] = {
+            "sentences_per_s": {"native": decode_rate["ours"], "pytorch": decode_rate["ours_pytorch_attention"]},
+            "speedup": ratio(decode_rate["ours"], decode_rate["ours_pytorch_attention"])}
     levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
     levers["step_ms_ours"] = 1e3 * median_seconds(train_times["ours"], clock) / options.timed_batches
     levers["length_bucketing"] = padding
@@ -810,7 +835,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
         "decode_seconds": decode_seconds,
         "decode": {"sentences": n_sentences, "beam_size": options.beam_size, "length_penalty": 0.0,
                    "mean_output_tokens": statistics.mean(len(o) for o in outputs["ours"]) if n_sentences else 0.0,
-                   "cached_equals_uncached": True, "same_output_as_hf": same_as_hf,
+                   "cached_equals_uncached": True, "same_output_as_hf": same_as_hf, "native_attention_kernel": native_kernel,
                    "max_logit_difference_vs_marian": max_logit_difference},
         "model_flops_per_s": achieved,
         "mfu_vs_bf16_peak": {name: value / peak_flops for name, value in achieved.items()} if peak_flops else None,
@@ -861,7 +886,9 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         f"- decoding: {d['sentences']} dev sentences in length-sorted batches of {o['decode_batch_sentences']}, beam "
         f"{d['beam_size']}, length penalty {d['length_penalty']}, max length the batch's longest source + 50 for all three, {o['decode_rounds']} rounds; "
         "untrained weights (hypotheses run to the cap: every decoder does full-length work), copied into Marian for HF; "
-        "in fp32 for all three at any --precision (the cached = uncached check needs exact arithmetic)",
+        "in fp32 for all three at any --precision (the cached = uncached check needs exact arithmetic); our cached "
+        "decoder's attention: " + ("the native kernel (lightning_modules/kernels/decode_attention.cpp)" if d["native_attention_kernel"]
+                                   else "PyTorch's (the native kernel is CPU-only, or did not build)"),
         "",
         "## Ratios (> 1: we are faster)",
         "",
@@ -900,6 +927,10 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         if lever in levers:
             rates = "; ".join(f"{name}: {rate:,.0f}" for name, rate in levers[lever]["tokens_per_s"].items())
             lines.append(f"| {lever} | {rates} | {levers[lever]['speedup']:.3f} | {LEVER_DEFAULTS[lever]} |")
+    if "decode_attention_kernel" in levers:
+        kernel = levers["decode_attention_kernel"]
+        lines.append(f"| decode_attention_kernel (sentences/s) | native: {kernel['sentences_per_s']['native']:.2f}; pytorch: "
+                     f"{kernel['sentences_per_s']['pytorch']:.2f} | {kernel['speedup']:.3f} | {LEVER_DEFAULTS['decode_attention_kernel']} |")
     lines += ["", f"- data loading: collating one batch on the main process takes {levers['collate_ms_per_batch']:.2f} ms, "
               f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step",
               "- length bucketing (padding efficiency, both sides): " + "; ".join(
@@ -914,6 +945,8 @@ LEVER_DEFAULTS = {
     "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64: a base run "
                      "measured 3,077 tokens/s in bf16 against 3,674 in fp32)",
     "fused_adam": "no: torch's default (foreach) Adam",
+    "decode_attention_kernel": "yes, for fp32 decoding on CPU without autocast (where a C++ compiler builds it; "
+                               "ATTENTION_NATIVE_DECODING=0 turns it off); PyTorch's attention elsewhere",
     "torch_compile": "no (`train.compile: false`)",
 }
 

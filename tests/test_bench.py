@@ -10,6 +10,7 @@ import torch
 
 from ablations import bench
 from ablations.bench import BenchOptions
+from lightning_modules import native
 from lightning_modules.config import ModelConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler
 from lightning_modules.transformer import Transformer
@@ -175,9 +176,12 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert result["decode"]["cached_equals_uncached"]
     assert result["decode"]["max_logit_difference_vs_marian"] < 1e-4
     assert {"attention_kernel", "bf16_autocast", "fused_adam"} <= set(result["levers"])
+    if native.library() is not None:  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention
+        assert result["decode"]["native_attention_kernel"] and result["levers"]["decode_attention_kernel"]["speedup"] > 0
     assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
     markdown = bench.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown
+    assert ("decode_attention_kernel" in markdown) == result["decode"]["native_attention_kernel"]
 
 
 def test_cli_names_a_missing_multi30k_directory(tmp_path, capsys):
