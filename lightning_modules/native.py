@@ -25,9 +25,11 @@ from torch import Tensor
 
 SOURCE = Path(__file__).with_name("kernels") / "decode_attention.cpp"
 # -march=native: the vector width of this CPU (its binary is cached per CPU); no -ffast-math, whose finite-math
-# assumption would break the -inf handling; -fopenmp-simd only honours the kernel's `omp simd` loops (no runtime).
-FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
-PORTABLE_FLAGS = tuple(flag for flag in FLAGS if flag != "-march=native")  # compilers without -march=native
+# assumption would break the -inf handling. -fopenmp links libgomp.so.1, the runtime PyTorch has already loaded,
+# so the kernel's threads are PyTorch's; compilers without OpenMP or -march=native get the portable build, which
+# honours only the kernel's `omp simd` loops and runs on one thread.
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
+PORTABLE_FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
 
 enabled = os.environ.get("ATTENTION_NATIVE_DECODING", "1") != "0"
 
@@ -61,7 +63,7 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], 
     status = lib.decode_attention(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *k.stride()[:3], *v.stride()[:3],
         origin.data_ptr() if origin is not None else None, valid.data_ptr() if valid is not None else None,
-        B, BK // B, H, G, L, d_k, d_v, d_k**-0.5,
+        B, BK // B, H, G, L, d_k, d_v, d_k**-0.5, torch.get_num_threads(),
     )
     if status:
         raise ValueError(f"decode_attention: {H} query heads for {G} key/value heads; expected a multiple")
@@ -80,7 +82,7 @@ def library() -> Optional[ctypes.CDLL]:
         warnings.warn(f"native decoding kernel unavailable, decoding uses PyTorch attention: {error}", RuntimeWarning, stacklevel=2)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.decode_attention.argtypes = [ptr] * 4 + [i64] * 6 + [ptr, ptr] + [i64] * 7 + [ctypes.c_float]
+    lib.decode_attention.argtypes = [ptr] * 4 + [i64] * 6 + [ptr, ptr] + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
     lib.decode_attention.restype = ctypes.c_int
     return lib
 

@@ -377,6 +377,20 @@ def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped):
     assert close(native.decode_attention(q, memory_k, memory_v, None, valid), want, 1e-5)
 
 
+def test_native_step_attention_splits_sources_across_threads():
+    require_native_kernel()
+    g = torch.Generator().manual_seed(4)
+    B, K, H, L = 5, 4, 4, 6
+    q, k, v = torch.randn(B * K, H, 16, generator=g), torch.randn(B, H, L * K, 16, generator=g), torch.randn(B, H, L * K, 16, generator=g)
+    origin = torch.randint(0, K, (B, K, L), generator=g)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert close(native.decode_attention(q, k, v, origin, None), reference_step_attention(q, k, v, origin, None), 1e-5)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_native_step_attention_over_no_key_is_nan_like_softmax():
     require_native_kernel()
     q, k, v = torch.randn(2, 2, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)

@@ -137,12 +137,17 @@ void attend_beams(const Args& a, int64_t b, int64_t h, int64_t beam0, int64_t n,
     // The rows skip the other beams' slots, a pattern the hardware prefetcher does not follow: ask for the keys a
     // few rows ahead, and for the values the second pass reads.
     constexpr int64_t ahead = 16;
+    const bool next_head = g + 1 < a.G && (h + 1) % (a.H / a.G) == 0;
     for (int64_t i = 0; i < n && i < ahead; ++i)
         for (int j = 0; j < NB; ++j) prefetch(keys + row[j][i] * a.k_row, dk);
     for (int64_t i = 0; i < n; ++i)
         for (int j = 0; j < NB; ++j) {
             if (i + ahead < n) prefetch(keys + row[j][i + ahead] * a.k_row, dk);
             prefetch(values + row[j][i] * a.v_row, dv);
+            if (next_head) {  // the next head reads the same rows, one head further: ask now, it arrives in time
+                prefetch(keys + row[j][i] * a.k_row + a.k_g, dk);
+                prefetch(values + row[j][i] * a.v_row + a.v_g, dv);
+            }
             w[j][i] = dot<DK>(q[j], keys + row[j][i] * a.k_row, dk) * a.scale;
         }
     for (int j = 0; j < NB; ++j) total[j] = softmax(w[j], n);
@@ -165,32 +170,37 @@ void attend_beams(const Args& a, int64_t b, int64_t h, int64_t beam0, int64_t n,
     }
 }
 
+// Sources are independent: with OpenMP (PyTorch's own runtime, already loaded) they are split across `threads`.
 template <int DK, int DV>
-void attend(const Args& a) {
+void attend(const Args& a, int threads) {
     const int64_t K = a.K, L = a.L;
-    std::vector<int64_t> positions(L), rows(K * L);
-    std::vector<float> scores(4 * L);  // [4 beams, L]
-    for (int64_t b = 0; b < a.B; ++b) {
-        const uint8_t* ok = a.valid ? a.valid + b * L : nullptr;
-        int64_t n = 0;  // the positions attended, the same for every beam
-        for (int64_t p = 0; p < L; ++p)
-            if (!ok || ok[p]) positions[n++] = p;
-        if (n == 0) {  // nothing to attend: NaN, as softmax over no keys
-            for (int64_t r = 0; r < K * a.H * a.dv; ++r) a.out[b * K * a.H * a.dv + r] = __builtin_nanf("");
-            continue;
-        }
-        for (int64_t beam = 0; beam < K; ++beam) {
-            const int64_t* slot = a.origin ? a.origin + (b * K + beam) * L : nullptr;
-            for (int64_t i = 0; i < n; ++i) rows[beam * L + i] = slot ? positions[i] * K + slot[positions[i]] : positions[i];
-        }
-        for (int64_t h = 0; h < a.H; ++h) {
-            int64_t beam0 = 0;
-            for (; beam0 + 4 <= K; beam0 += 4) attend_beams<DK, DV, 4>(a, b, h, beam0, n, rows.data(), scores.data());
-            switch (K - beam0) {
-                case 3: attend_beams<DK, DV, 3>(a, b, h, beam0, n, rows.data(), scores.data()); break;
-                case 2: attend_beams<DK, DV, 2>(a, b, h, beam0, n, rows.data(), scores.data()); break;
-                case 1: attend_beams<DK, DV, 1>(a, b, h, beam0, n, rows.data(), scores.data()); break;
-                default: break;
+#pragma omp parallel num_threads(threads) if (threads > 1 && a.B > 1)
+    {
+        std::vector<int64_t> positions(L), rows(K * L);
+        std::vector<float> scores(4 * L);  // [4 beams, L]
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < a.B; ++b) {
+            const uint8_t* ok = a.valid ? a.valid + b * L : nullptr;
+            int64_t n = 0;  // the positions attended, the same for every beam
+            for (int64_t p = 0; p < L; ++p)
+                if (!ok || ok[p]) positions[n++] = p;
+            if (n == 0) {  // nothing to attend: NaN, as softmax over no keys
+                for (int64_t r = 0; r < K * a.H * a.dv; ++r) a.out[b * K * a.H * a.dv + r] = __builtin_nanf("");
+                continue;
+            }
+            for (int64_t beam = 0; beam < K; ++beam) {
+                const int64_t* slot = a.origin ? a.origin + (b * K + beam) * L : nullptr;
+                for (int64_t i = 0; i < n; ++i) rows[beam * L + i] = slot ? positions[i] * K + slot[positions[i]] : positions[i];
+            }
+            for (int64_t h = 0; h < a.H; ++h) {
+                int64_t beam0 = 0;
+                for (; beam0 + 4 <= K; beam0 += 4) attend_beams<DK, DV, 4>(a, b, h, beam0, n, rows.data(), scores.data());
+                switch (K - beam0) {
+                    case 3: attend_beams<DK, DV, 3>(a, b, h, beam0, n, rows.data(), scores.data()); break;
+                    case 2: attend_beams<DK, DV, 2>(a, b, h, beam0, n, rows.data(), scores.data()); break;
+                    case 1: attend_beams<DK, DV, 1>(a, b, h, beam0, n, rows.data(), scores.data()); break;
+                    default: break;
+                }
             }
         }
     }
@@ -201,13 +211,14 @@ void attend(const Args& a) {
 extern "C" int decode_attention(const float* q, const float* k, const float* v, float* out,
                                  int64_t k_b, int64_t k_g, int64_t k_row, int64_t v_b, int64_t v_g, int64_t v_row,
                                  const int64_t* origin, const uint8_t* valid,
-                                 int64_t B, int64_t K, int64_t H, int64_t G, int64_t L, int64_t dk, int64_t dv, float scale) {
+                                 int64_t B, int64_t K, int64_t H, int64_t G, int64_t L, int64_t dk, int64_t dv, float scale,
+                                 int threads) {
     if (G < 1 || H % G) return 1;
     const Args a{q, k, v, out, k_b, k_g, k_row, v_b, v_g, v_row, origin, valid, B, K, H, G, L, dk, dv, scale};
-    if (dk == 16 && dv == 16) attend<16, 16>(a);
-    else if (dk == 32 && dv == 32) attend<32, 32>(a);
-    else if (dk == 64 && dv == 64) attend<64, 64>(a);
-    else if (dk == 128 && dv == 128) attend<128, 128>(a);
-    else attend<0, 0>(a);
+    if (dk == 16 && dv == 16) attend<16, 16>(a, threads);
+    else if (dk == 32 && dv == 32) attend<32, 32>(a, threads);
+    else if (dk == 64 && dv == 64) attend<64, 64>(a, threads);
+    else if (dk == 128 && dv == 128) attend<128, 128>(a, threads);
+    else attend<0, 0>(a, threads);
     return 0;
 }
