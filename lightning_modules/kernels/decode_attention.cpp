@@ -3,7 +3,7 @@
 //
 // Why a kernel: PyTorch's fused attention pays a per-(row, head) setup that dominates at one query against a few
 // dozen keys, and its masked form scores every beam slot of the cache (K times the work). Here a query reads only
-// the rows it attends, each a contiguous d_k-vector, in one pass: scores, softmax, weighted sum of values.
+// the rows it attends, each a contiguous d_k-vector: its scores, their softmax, then the weighted sum of the values.
 // Built and loaded by lightning_modules/native.py; the result equals softmax(q k^T / sqrt(d_k)) v to fp32 rounding.
 #include <cstdint>
 #include <cstring>
@@ -51,45 +51,6 @@ inline float dot(const float* __restrict a, const float* __restrict b, int64_t d
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < (D ? D : d); ++j) sum += a[j] * b[j];
     return sum;
-}
-
-#if defined(__AVX512F__)
-// s[r] = sum of v[r]'s 16 lanes, for 16 vectors at once: a transposing add tree (45 instructions, against about 8 per
-// vector for 16 separate horizontal sums).
-inline __m512 sum16(const __m512 v[16]) {
-    __m512 t[8], u[4];
-    for (int r = 0; r < 8; ++r) t[r] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * r], v[2 * r + 1]), _mm512_unpackhi_ps(v[2 * r], v[2 * r + 1]));
-    for (int r = 0; r < 4; ++r) {
-        const __m512d a = _mm512_castps_pd(t[2 * r]), b = _mm512_castps_pd(t[2 * r + 1]);
-        u[r] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
-    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-}
-#endif
-
-// out[i] = scale * q . keys[rows[i] * stride] for i < n
-template <int D>
-inline void scores_of(const float* __restrict q, const float* __restrict keys, const int64_t* rows, int64_t stride, int64_t n,
-                      int64_t d, float scale, float* __restrict out) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    if constexpr (D > 0 && D % 16 == 0) {
-        __m512 qv[D / 16];
-        for (int j = 0; j < D / 16; ++j) qv[j] = _mm512_loadu_ps(q + 16 * j);
-        for (; i + 16 <= n; i += 16) {
-            __m512 products[16];
-            for (int r = 0; r < 16; ++r) {
-                const float* key = keys + rows[i + r] * stride;
-                products[r] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(key));
-                for (int j = 1; j < D / 16; ++j) products[r] = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(key + 16 * j), products[r]);
-            }
-            _mm512_storeu_ps(out + i, _mm512_mul_ps(sum16(products), _mm512_set1_ps(scale)));
-        }
-    }
-#endif
-    for (; i < n; ++i) out[i] = dot<D>(q, keys + rows[i] * stride, d) * scale;
 }
 
 // w[i] <- e^(w[i] - max w) in place; returns their sum.
