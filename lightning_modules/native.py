@@ -1,9 +1,10 @@
 """The native CPU kernel for one incremental decoding step's attention (kernels/decode_attention.cpp).
 
-It is compiled with the machine's C++ compiler on first use (about a second), cached under
-$ATTENTION_KERNEL_CACHE (default ~/.cache/attention-ablations/kernels, keyed by source, flags, compiler and CPU)
-and called through ctypes, so it needs neither PyTorch's headers nor a build step at install. Where no compiler
-works, decoding falls back to PyTorch's attention with one warning; ATTENTION_NATIVE_DECODING=0 turns it off.
+It is compiled with the machine's C++ compiler on first use (about a second), cached under $ATTENTION_KERNEL_CACHE
+(default ~/.cache/attention-ablations/kernels; a temporary directory if that is not writable), keyed by source,
+flags, compiler and CPU, and called through ctypes, so it needs neither PyTorch's headers nor a build step at
+install. Where no compiler works, decoding falls back to PyTorch's attention with one warning;
+ATTENTION_NATIVE_DECODING=0 turns it off.
 """
 
 from __future__ import annotations
@@ -92,14 +93,13 @@ def _build() -> Path:
     if compiler is None:
         raise RuntimeError("no C++ compiler found (set CXX)")
     source = SOURCE.read_bytes()
-    directory = Path(os.environ.get("ATTENTION_KERNEL_CACHE") or Path.home() / ".cache" / "attention-ablations" / "kernels")
+    directory = _cache_directory()
     errors = []
     for flags in (FLAGS, PORTABLE_FLAGS):
         key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler.encode(), _cpu_identity().encode()]))
         target = directory / f"decode_attention-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
-        directory.mkdir(parents=True, exist_ok=True)
         # A private file renamed into place: concurrent workers never load a half-written library.
         handle, scratch = tempfile.mkstemp(suffix=".so", dir=directory)
         os.close(handle)
@@ -113,6 +113,21 @@ def _build() -> Path:
             if os.path.exists(scratch):
                 os.unlink(scratch)
     raise RuntimeError("compiling kernels/decode_attention.cpp failed: " + " | ".join(errors))
+
+
+def _cache_directory() -> Path:
+    """$ATTENTION_KERNEL_CACHE, else the user's cache directory; a per-user temporary one where that is not writable
+    (a read-only home on a cluster node)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention-ablations" / "kernels"
+    for directory in (Path(os.environ.get("ATTENTION_KERNEL_CACHE") or default),
+                      Path(tempfile.gettempdir()) / f"attention-ablations-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}"):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(directory, os.W_OK):
+            return directory
+    raise RuntimeError("no writable directory for the compiled kernel (set ATTENTION_KERNEL_CACHE)")
 
 
 def _cpu_identity() -> str:

@@ -430,6 +430,20 @@ def test_beam_search_returns_the_same_with_and_without_the_native_kernel(monkeyp
     assert close(searched[True][1], searched[False][1], 1e-5)
 
 
+def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(monkeypatch, tmp_path):
+    require_native_kernel()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("ATTENTION_KERNEL_CACHE", str(blocked / "kernels"))
+    monkeypatch.setattr(native.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    native.library.cache_clear()
+    try:
+        assert native.library() is not None
+        assert list((tmp_path / "tmp").glob("attention-ablations-kernels-*/decode_attention-*.so"))
+    finally:
+        native.library.cache_clear()
+
+
 def test_decoding_falls_back_to_pytorch_without_a_compiler(monkeypatch, tmp_path):
     model = build().float()
     src = ragged_src()
