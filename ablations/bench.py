@@ -784,7 +784,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
         with native_decoding(False):
             return decode_ours(model, sources, options.beam_size, use_cache=True)
 
-    native_kernel = device.type == "cpu" and native.library() is not None  # built before the timed rounds
+    native_kernel = device.type == "cpu" and native.enabled and native.library() is not None  # built before the timed rounds
     decoders = {
         "ours": lambda: decode_ours(model, sources, options.beam_size, use_cache=True),
         "uncached": lambda: decode_ours(model, sources, options.beam_size, use_cache=False),

@@ -74,8 +74,6 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], 
 @functools.cache
 def library() -> Optional[ctypes.CDLL]:
     """The compiled kernel, building it on first use; None (and one warning) where it cannot be built."""
-    if not enabled:
-        return None
     try:
         path = _build()
         lib = ctypes.CDLL(str(path))
