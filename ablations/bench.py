@@ -780,11 +780,12 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     sources = decode_sources(data, options, device)
     probe = batches[0]
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
+
     def ours_with_pytorch_attention() -> list[list[int]]:
         with native_decoding(False):
             return decode_ours(model, sources, options.beam_size, use_cache=True)
 
-    native_kernel = device.type == "cpu" and native.enabled and native.library() is not None  # built before the timed rounds
+    native_kernel = device.type == "cpu" and native.available()  # built here, before the timed rounds
     decoders = {
         "ours": lambda: decode_ours(model, sources, options.beam_size, use_cache=True),
         "uncached": lambda: decode_ours(model, sources, options.beam_size, use_cache=False),

@@ -35,11 +35,16 @@ PORTABLE_FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math
 enabled = os.environ.get("ATTENTION_NATIVE_DECODING", "1") != "0"
 
 
+def available() -> bool:
+    """Whether the kernel is turned on and builds on this machine."""
+    return enabled and library() is not None
+
+
 def usable(x: Tensor) -> bool:
     """Whether a decoding step on `x` (the decoder's input) can run its attention natively: fp32 on CPU, no autocast,
-    no gradient (the kernel has no backward), and the kernel builds on this machine."""
-    return (enabled and x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu") and library() is not None)
+    no gradient (the kernel has no backward), and the kernel available."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu") and available())
 
 
 def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], valid: Optional[Tensor]) -> Tensor:
