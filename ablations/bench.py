@@ -566,7 +566,7 @@ def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[
 
 @contextmanager
 def native_decoding(enabled: bool) -> Iterator[None]:
-    """Our decoder with its attention in the native kernel (where it builds) or in PyTorch's."""
+    """Our decoder with the native kernels (attention, beam candidates; where they build) or PyTorch's ops."""
     before = native.enabled
     native.enabled = enabled
     try:
@@ -781,18 +781,18 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     probe = batches[0]
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
 
-    def ours_with_pytorch_attention() -> list[list[int]]:
+    def ours_without_native_kernels() -> list[list[int]]:
         with native_decoding(False):
             return decode_ours(model, sources, options.beam_size, use_cache=True)
 
-    native_kernel = device.type == "cpu" and native.available()  # built here, before the timed rounds
+    native_kernels = device.type == "cpu" and native.available()  # built here, before the timed rounds
     decoders = {
         "ours": lambda: decode_ours(model, sources, options.beam_size, use_cache=True),
         "uncached": lambda: decode_ours(model, sources, options.beam_size, use_cache=False),
         "hf_generate": lambda: decode_hf(hf, sources, options.beam_size),
     }
-    if native_kernel:  # the lever: the same cached decoder with PyTorch's attention
-        decoders["ours_pytorch_attention"] = ours_with_pytorch_attention
+    if native_kernels:  # the lever: the same cached decoder with PyTorch's attention and torch.topk
+        decoders["ours_without_native_kernels"] = ours_without_native_kernels
     decode_seconds: dict[str, list[dict[str, float]]] = {name: [] for name in decoders}
     outputs: dict[str, list[list[int]]] = {}
     for _ in range(options.decode_rounds):
@@ -805,18 +805,18 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     decode_rate = {name: n_sentences / median_seconds(seconds, clock) for name, seconds in decode_seconds.items()}
     if outputs["ours"] != outputs["uncached"]:
         raise RuntimeError("cached and uncached beam search returned different outputs: the key/value cache is wrong")
-    if native_kernel and outputs["ours"] != outputs["ours_pytorch_attention"]:
-        raise RuntimeError("beam search returned different outputs with the native attention kernel and with PyTorch's")
+    if native_kernels and outputs["ours"] != outputs["ours_without_native_kernels"]:
+        raise RuntimeError("beam search returned different outputs with the native decoding kernels and without them")
     same_as_hf = sum(a == b for a, b in zip(outputs["ours"], outputs["hf_generate"])) / max(n_sentences, 1)
 
     levers: dict[str, Any] = {}
     if options.levers:
         progress("levers")
         levers = measure_levers(options, batches, device, timed_tokens)
-    if native_kernel:
-        levers["decode_attention_kernel"] = {
-            "sentences_per_s": {"native": decode_rate["ours"], "pytorch": decode_rate["ours_pytorch_attention"]},
-            "speedup": ratio(decode_rate["ours"], decode_rate["ours_pytorch_attention"])}
+    if native_kernels:
+        levers["decode_native_kernels"] = {
+            "sentences_per_s": {"native": decode_rate["ours"], "pytorch": decode_rate["ours_without_native_kernels"]},
+            "speedup": ratio(decode_rate["ours"], decode_rate["ours_without_native_kernels"])}
     levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
     levers["step_ms_ours"] = 1e3 * median_seconds(train_times["ours"], clock) / options.timed_batches
     levers["length_bucketing"] = padding
@@ -836,7 +836,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
         "decode_seconds": decode_seconds,
         "decode": {"sentences": n_sentences, "beam_size": options.beam_size, "length_penalty": 0.0,
                    "mean_output_tokens": statistics.mean(len(o) for o in outputs["ours"]) if n_sentences else 0.0,
-                   "cached_equals_uncached": True, "same_output_as_hf": same_as_hf, "native_attention_kernel": native_kernel,
+                   "cached_equals_uncached": True, "same_output_as_hf": same_as_hf, "native_kernels": native_kernels,
                    "max_logit_difference_vs_marian": max_logit_difference},
         "model_flops_per_s": achieved,
         "mfu_vs_bf16_peak": {name: value / peak_flops for name, value in achieved.items()} if peak_flops else None,
@@ -888,8 +888,9 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         f"{d['beam_size']}, length penalty {d['length_penalty']}, max length the batch's longest source + 50 for all three, {o['decode_rounds']} rounds; "
         "untrained weights (hypotheses run to the cap: every decoder does full-length work), copied into Marian for HF; "
         "in fp32 for all three at any --precision (the cached = uncached check needs exact arithmetic); our cached "
-        "decoder's attention: " + ("the native kernel (lightning_modules/kernels/decode_attention.cpp)" if d["native_attention_kernel"]
-                                   else "PyTorch's (the native kernel is CPU-only, or did not build)"),
+        "decoder's attention and beam candidates: " + ("the native kernels (lightning_modules/kernels/decoding.cpp)"
+                                                       if d["native_kernels"] else "PyTorch's attention and torch.topk "
+                                                       "(the native kernels are CPU-only, or did not build)"),
         "",
         "## Ratios (> 1: we are faster)",
         "",
@@ -928,10 +929,10 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         if lever in levers:
             rates = "; ".join(f"{name}: {rate:,.0f}" for name, rate in levers[lever]["tokens_per_s"].items())
             lines.append(f"| {lever} | {rates} | {levers[lever]['speedup']:.3f} | {LEVER_DEFAULTS[lever]} |")
-    if "decode_attention_kernel" in levers:
-        kernel = levers["decode_attention_kernel"]
-        lines.append(f"| decode_attention_kernel (sentences/s) | native: {kernel['sentences_per_s']['native']:.2f}; pytorch: "
-                     f"{kernel['sentences_per_s']['pytorch']:.2f} | {kernel['speedup']:.3f} | {LEVER_DEFAULTS['decode_attention_kernel']} |")
+    if "decode_native_kernels" in levers:
+        kernels = levers["decode_native_kernels"]
+        lines.append(f"| decode_native_kernels (sentences/s) | native: {kernels['sentences_per_s']['native']:.2f}; pytorch: "
+                     f"{kernels['sentences_per_s']['pytorch']:.2f} | {kernels['speedup']:.3f} | {LEVER_DEFAULTS['decode_native_kernels']} |")
     lines += ["", f"- data loading: collating one batch on the main process takes {levers['collate_ms_per_batch']:.2f} ms, "
               f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step",
               "- length bucketing (padding efficiency, both sides): " + "; ".join(
@@ -946,8 +947,9 @@ LEVER_DEFAULTS = {
     "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64: a base run "
                      "measured 3,077 tokens/s in bf16 against 3,674 in fp32)",
     "fused_adam": "no: torch's default (foreach) Adam",
-    "decode_attention_kernel": "yes, for fp32 decoding on CPU without autocast (where a C++ compiler builds it; "
-                               "ATTENTION_NATIVE_DECODING=0 turns it off); PyTorch's attention elsewhere",
+    "decode_native_kernels": "yes on CPU (where a C++ compiler builds them; ATTENTION_NATIVE_DECODING=0 turns them off): "
+                             "the attention kernel for fp32 steps without autocast, the beam candidates for every "
+                             "search; PyTorch's attention and torch.topk elsewhere",
     "torch_compile": "no (`train.compile: false`)",
 }
 

@@ -1,10 +1,11 @@
-"""The native CPU kernel for one incremental decoding step's attention (kernels/decode_attention.cpp).
+"""Native CPU kernels of one incremental decoding step (kernels/decoding.cpp): its attention, and beam search's
+choice of the 2K best continuations.
 
-It is compiled with the machine's C++ compiler on first use (about a second), cached under $ATTENTION_KERNEL_CACHE
+They are compiled with the machine's C++ compiler on first use (about a second), cached under $ATTENTION_KERNEL_CACHE
 (default ~/.cache/attention-ablations/kernels; a temporary directory if that is not writable), keyed by source,
 flags, compiler and CPU, and called through ctypes, so it needs neither PyTorch's headers nor a build step at
-install. Where no compiler works, decoding falls back to PyTorch's attention with one warning;
-ATTENTION_NATIVE_DECODING=0 turns it off.
+install. Where no compiler works, decoding falls back to PyTorch's attention and torch.topk with one warning;
+ATTENTION_NATIVE_DECODING=0 turns them off.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("kernels") / "decode_attention.cpp"
+SOURCE = Path(__file__).with_name("kernels") / "decoding.cpp"
 # -march=native: the vector width of this CPU (its binary is cached per CPU); no -ffast-math, whose finite-math
 # assumption would break the -inf handling. -fopenmp links libgomp.so.1, the runtime PyTorch has already loaded,
 # so the kernel's threads are PyTorch's; compilers without OpenMP or -march=native get the portable build, which
@@ -36,7 +37,7 @@ enabled = os.environ.get("ATTENTION_NATIVE_DECODING", "1") != "0"
 
 
 def available() -> bool:
-    """Whether the kernel is turned on and builds on this machine."""
+    """Whether the kernels are turned on and build on this machine."""
     return enabled and library() is not None
 
 
@@ -57,7 +58,7 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], 
     """
     lib = library()
     if lib is None:
-        raise RuntimeError("the native decoding kernel is not available on this machine (see the warning above)")
+        raise RuntimeError("the native decoding kernels are not available on this machine (see the warning above)")
     BK, H, d_k = q.shape
     B, G, _, d_v = v.shape
     L = origin.shape[-1] if origin is not None else valid.shape[-1] if valid is not None else k.shape[2]
@@ -76,6 +77,33 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], 
     return out
 
 
+def beam_candidates(logp: Tensor, scores: Tensor, banned: Tensor, eos_id: int, only_eos: Optional[Tensor],
+                    n: int) -> tuple[Tensor, Tensor]:
+    """The n best continuations of each source's beams: the largest logp[b, k, j] + scores[b, k] over beams k and tokens j
+    not in `banned`, as values [B, n] and flat indices k*V + j [B, n], best first, among equal values the lower
+    index. Where only_eos[b], EOS is each beam's only continuation. Places without a finite candidate hold -inf.
+
+    logp [B, K, V], scores [B, K]: fp32 on CPU; banned: token ids; only_eos [B] bool or None. The values equal
+    torch.topk's over (logp + scores[..., None]) with the banned tokens at -inf, flattened to [B, K*V].
+    """
+    lib = library()
+    if lib is None:
+        raise RuntimeError("the native decoding kernels are not available on this machine (see the warning above)")
+    B, K, V = logp.shape
+    if not (logp.dtype == scores.dtype == torch.float32 and logp.is_contiguous() and scores.is_contiguous()
+            and scores.shape == (B, K) and 0 < n <= K * V and 0 <= eos_id < V):
+        raise ValueError(f"beam_candidates: expected contiguous fp32 logp [B, K, V] and scores [B, K], 0 < n <= K*V and "
+                         f"an EOS id below V; got logp {tuple(logp.shape)} {logp.dtype}, scores {tuple(scores.shape)}, "
+                         f"n = {n}, eos_id = {eos_id}")
+    banned = banned.to(torch.int64).contiguous()
+    only_eos = only_eos.contiguous() if only_eos is not None else None
+    values, indices = logp.new_empty(B, n), torch.empty(B, n, dtype=torch.int64)
+    lib.beam_candidates(logp.data_ptr(), scores.data_ptr(), B, K, V, banned.data_ptr(), banned.numel(),
+                        only_eos.data_ptr() if only_eos is not None else None, eos_id, n, values.data_ptr(),
+                        indices.data_ptr(), torch.get_num_threads())
+    return values, indices
+
+
 @functools.cache
 def library() -> Optional[ctypes.CDLL]:
     """The compiled kernel, building it on first use; None (and one warning) where it cannot be built."""
@@ -83,11 +111,13 @@ def library() -> Optional[ctypes.CDLL]:
         path = _build()
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError, RuntimeError) as error:
-        warnings.warn(f"native decoding kernel unavailable, decoding uses PyTorch attention: {error}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"native decoding kernels unavailable, decoding uses PyTorch attention and torch.topk: {error}", RuntimeWarning, stacklevel=2)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.decode_attention.argtypes = [ptr] * 4 + [i64] * 6 + [ptr, ptr] + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
     lib.decode_attention.restype = ctypes.c_int
+    lib.beam_candidates.argtypes = [ptr, ptr] + [i64] * 3 + [ptr, i64, ptr, i64, i64, ptr, ptr, ctypes.c_int]
+    lib.beam_candidates.restype = None
     return lib
 
 
@@ -100,7 +130,7 @@ def _build() -> Path:
     errors = []
     for flags in (FLAGS, PORTABLE_FLAGS):
         key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler.encode(), _cpu_identity().encode()]))
-        target = directory / f"decode_attention-{key.hexdigest()[:16]}.so"
+        target = directory / f"decoding-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
         # A private file renamed into place: concurrent workers never load a half-written library.
@@ -115,7 +145,7 @@ def _build() -> Path:
         finally:
             if os.path.exists(scratch):
                 os.unlink(scratch)
-    raise RuntimeError("compiling kernels/decode_attention.cpp failed: " + " | ".join(errors))
+    raise RuntimeError("compiling kernels/decoding.cpp failed: " + " | ".join(errors))
 
 
 def _cache_directory() -> Path:

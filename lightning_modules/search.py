@@ -39,6 +39,8 @@ from typing import Literal, Optional
 import torch
 from torch import Tensor
 
+from . import native
+
 NEG_INF = float("-inf")
 
 
@@ -118,6 +120,7 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
     banned = torch.tensor(sorted(banned - {eos_id}), dtype=torch.long, device=device)
     only_eos = torch.full((V,), NEG_INF, device=device)
     only_eos[eos_id] = 0.0
+    native_candidates = device.type == "cpu" and native.available()  # see native.beam_candidates: one pass, not topk
 
     # Results, indexed by original sentence.
     best_score = torch.full((B_all,), NEG_INF, device=device)
@@ -141,13 +144,16 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         else:
             prefix = torch.cat([torch.full((B * K, 1), bos_id, dtype=torch.long, device=device), hist], dim=1)
             logits = model.decode(prefix, memory, src_mask)[:, -1]
-        logp = logits.float().log_softmax(dim=-1).index_fill_(1, banned, NEG_INF).view(B, K, V)
+        logp = logits.float().log_softmax(dim=-1).view(B, K, V)
         at_limit = lim <= t  # [B]: only EOS may follow
-        if t >= first_limit:
-            logp = torch.where(at_limit[:, None, None], logp + only_eos, logp)
-
-        cand = logp.add_(scores.unsqueeze(-1)).view(B, K * V)  # in place: logp is not needed again
-        cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # sorted, best first
+        if native_candidates:
+            cand_scores, cand_idx = native.beam_candidates(logp, scores, banned, eos_id, at_limit if t >= first_limit else None, 2 * K)
+        else:
+            logp.index_fill_(2, banned, NEG_INF)
+            if t >= first_limit:
+                logp = torch.where(at_limit[:, None, None], logp + only_eos, logp)
+            cand = logp.add_(scores.unsqueeze(-1)).view(B, K * V)  # in place: logp is not needed again
+            cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # sorted, best first
         cand_beam, cand_tok = cand_idx // V, cand_idx % V
         is_eos = cand_tok == eos_id
 

@@ -1,3 +1,6 @@
+import os
+import shutil
+
 import pytest
 import torch
 
@@ -9,6 +12,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def native_kernels():
+    """lightning_modules.native, whose kernels must build wherever a C++ compiler exists (CI has one): only a machine
+    without any, or with them turned off, may skip."""
+    from lightning_modules import native
+
+    if not native.enabled:
+        pytest.skip("ATTENTION_NATIVE_DECODING=0: the native decoding kernels are turned off")
+    if native.library() is None:
+        if shutil.which("c++") or shutil.which("g++") or shutil.which("clang++") or os.environ.get("CXX"):
+            pytest.fail("a C++ compiler is present but the native decoding kernels did not build (see the warning)")
+        pytest.skip("no C++ compiler: the native decoding kernels cannot be built here")
+    return native
 
 
 # --------------------------------------------------------------------------------------------------

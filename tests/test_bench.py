@@ -176,12 +176,12 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert result["decode"]["cached_equals_uncached"]
     assert result["decode"]["max_logit_difference_vs_marian"] < 1e-4
     assert {"attention_kernel", "bf16_autocast", "fused_adam"} <= set(result["levers"])
-    if native.available():  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention
-        assert result["decode"]["native_attention_kernel"] and result["levers"]["decode_attention_kernel"]["speedup"] > 0
+    if native.available():  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention and topk
+        assert result["decode"]["native_kernels"] and result["levers"]["decode_native_kernels"]["speedup"] > 0
     assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
     markdown = bench.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown
-    assert ("decode_attention_kernel" in markdown) == result["decode"]["native_attention_kernel"]
+    assert ("decode_native_kernels" in markdown) == result["decode"]["native_kernels"]
 
 
 def test_cli_names_a_missing_multi30k_directory(tmp_path, capsys):

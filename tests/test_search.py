@@ -317,3 +317,80 @@ def test_bad_arguments():
     with pytest.raises(ValueError):
         beam_search(model, torch.tensor([[3]]), BOS, EOS, 4, stop="never")
     assert beam_search(model, torch.empty(0, 3, dtype=torch.long), BOS, EOS) == []
+
+
+def reference_candidates(logp, scores, banned, eos_id, only_eos, n):
+    """What native.beam_candidates returns, by sorting: logp + scores with the banned tokens at -inf (all but EOS
+    where only_eos), flattened to [B, K*V]; a stable sort puts the lower index first among equal values."""
+    B, K, V = logp.shape
+    cand = logp.clone()
+    cand[:, :, banned] = -math.inf
+    if only_eos is not None:
+        cand[only_eos] = torch.where(torch.arange(V) == eos_id, cand[only_eos], -math.inf)
+    cand = (cand + scores[:, :, None]).view(B, K * V)
+    values, indices = cand.sort(dim=1, descending=True, stable=True)
+    return values[:, :n], indices[:, :n]
+
+
+def assert_same_candidates(got, want):
+    (values, indices), (want_values, want_indices) = got, want
+    assert torch.equal(values, want_values)
+    finite = values.isfinite()
+    assert torch.equal(indices[finite], want_indices[finite])
+    # Places without a finite candidate hold -inf with distinct valid indices (a dead beam's continuation).
+    for row in indices:
+        assert len(set(row.tolist())) == row.numel()
+
+
+@pytest.mark.parametrize("K", [1, 3, 4, 5])
+@pytest.mark.parametrize("V", [7, 40, 2003])
+def test_native_candidates_equal_sorting(K, V, native_kernels):
+    """Vocabularies below, across and well past the kernel's 16-token vector blocks; beams dead from the start
+    (step 0: only beam 0 is live); sources at their length limit (only EOS); ties between tokens and beams."""
+    g = torch.Generator().manual_seed(K * 1000 + V)
+    B = 6
+    logp = torch.randn(B, K, V, generator=g).log_softmax(-1)
+    logp[1, :, : V // 2] = logp[1, :, :1]  # many equal values within a beam
+    logp[2] = logp[2, :1]  # every beam the same: equal values across beams
+    scores = torch.randn(B, K, generator=g) * 3
+    scores[0, 1:] = -math.inf
+    scores[2] = 0.0
+    banned = torch.tensor([0, 1])
+    only_eos = torch.tensor([False, False, False, True, False, True])
+    for limit in (None, only_eos):
+        for n in {1, 2 * K, min(K * V, 3 * K + 1)}:
+            got = native_kernels.beam_candidates(logp, scores, banned, EOS, limit, n)
+            assert_same_candidates(got, reference_candidates(logp, scores, banned, EOS, limit, n))
+
+
+def test_native_candidates_with_fewer_finite_candidates_than_places(native_kernels):
+    logp = torch.full((2, 2, 5), -math.inf)
+    logp[0, 0, 3] = -1.0
+    logp[1, 1, 4] = -2.0
+    scores = torch.tensor([[0.0, -math.inf], [-1.0, -3.0]])
+    got = native_kernels.beam_candidates(logp, scores, torch.tensor([0, 1]), EOS, None, 4)
+    assert_same_candidates(got, reference_candidates(logp, scores, torch.tensor([0, 1]), EOS, None, 4))
+    assert got[0][:, 0].tolist() == [-1.0, -5.0] and got[0][:, 1:].isinf().all()
+
+
+def test_native_candidates_reject_what_they_cannot_read(native_kernels):
+    logp, scores, banned = torch.randn(2, 3, 9), torch.randn(2, 3), torch.tensor([0])
+    for bad in (dict(logp=logp.double()), dict(logp=logp.transpose(0, 1).contiguous().transpose(0, 1)),
+                dict(scores=scores[:, :2]), dict(n=28), dict(n=0), dict(eos_id=9)):
+        arguments = dict(logp=logp, scores=scores, banned=banned, eos_id=EOS, only_eos=None, n=6) | bad
+        with pytest.raises(ValueError, match="beam_candidates"):
+            native_kernels.beam_candidates(**arguments)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_search_equals_with_and_without_native_candidates(seed, monkeypatch, native_kernels):
+    """The whole search (finishes, staggered stops, length limits) with the kernel's candidates and torch.topk's;
+    a vocabulary of 40 crosses the kernel's vector blocks."""
+    model = HashLM(seed, vocab_size=40)
+    src = random_src(seed, 8, 6, model.cfg.vocab_size)
+    searched = {}
+    for enabled in (True, False):
+        monkeypatch.setattr(native_kernels, "enabled", enabled)
+        searched[enabled] = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, return_scores=True)
+    assert searched[True][0] == searched[False][0]
+    assert torch.equal(searched[True][1], searched[False][1])

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import shutil
 
 import pytest
 import torch
@@ -292,7 +290,7 @@ def test_cache_is_filled_once_per_source_and_grows_per_step():
 @pytest.mark.parametrize("overrides", [dict(), dict(kv_heads=2, positional="rope", norm_placement="pre"),
                                        dict(positional="learned", d_k=6, d_v=3)], ids=["paper", "gqa-rope-pre", "learned-dkdv"])
 @pytest.mark.parametrize("kernel", ["sdpa", "explicit", "native"])
-def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeypatch):
+def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeypatch, request):
     """Beam search's use of the cache: K rows per source, beams reordered every step (parents repeat and vanish),
     a source dropped half way. Each step's logits must equal a full forward pass over that beam's whole history.
     The native kernel runs in fp32 (the others in fp64), hence its tolerance."""
@@ -300,7 +298,7 @@ def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeyp
     model = build(**overrides)
     tol, native_calls = 1e-9, []
     if kernel == "native":
-        require_native_kernel()
+        request.getfixturevalue("native_kernels")
         model, tol = model.float(), 2e-5
         kernel_call = native.decode_attention
         monkeypatch.setattr(native, "decode_attention", lambda *args: native_calls.append(1) or kernel_call(*args))
@@ -328,16 +326,6 @@ def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeyp
     assert len(native_calls) == (2 * model.cfg.N * steps if kernel == "native" else 0)  # self and cross, every layer
 
 
-def require_native_kernel() -> None:
-    """The kernel must build wherever a C++ compiler exists (CI has one); only a machine without any may skip."""
-    if not native.enabled:
-        pytest.skip("ATTENTION_NATIVE_DECODING=0: the native decoding kernel is turned off")
-    if native.library() is None:
-        if shutil.which("c++") or shutil.which("g++") or shutil.which("clang++") or os.environ.get("CXX"):
-            pytest.fail("a C++ compiler is present but the native decoding kernel did not build (see the warning)")
-        pytest.skip("no C++ compiler: the native decoding kernel cannot be built here")
-
-
 def reference_step_attention(q, k, v, origin, valid):
     """What the native kernel computes, by masking SDPA: q [B*K, H, d_k], k/v [B, G, R, d] -> [B*K, H*d_v]."""
     BK, H, _ = q.shape
@@ -358,10 +346,9 @@ def reference_step_attention(q, k, v, origin, valid):
 @pytest.mark.parametrize("d_k,d_v", [(16, 16), (32, 32), (6, 3)], ids=["d16", "d32", "generic-d6-d3"])
 @pytest.mark.parametrize("K", [1, 3, 5])
 @pytest.mark.parametrize("grouped", [False, True], ids=["mha", "gqa"])
-def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped):
+def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped, native_kernels):
     """Self-attention through the origin table (random ancestors, strided cache views) and cross-attention over
     the real source tokens, against SDPA with the equivalent mask."""
-    require_native_kernel()
     g = torch.Generator().manual_seed(K * 100 + d_k)
     B, H, L, S = 3, 4, 9, 7
     G = 2 if grouped else H
@@ -379,8 +366,7 @@ def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped):
     assert close(native.decode_attention(q, memory_k, memory_v, None, valid), want, 1e-5)
 
 
-def test_native_step_attention_splits_sources_across_threads():
-    require_native_kernel()
+def test_native_step_attention_splits_sources_across_threads(native_kernels):
     g = torch.Generator().manual_seed(4)
     B, K, H, L = 5, 4, 4, 6
     q, k, v = torch.randn(B * K, H, 16, generator=g), torch.randn(B, H, L * K, 16, generator=g), torch.randn(B, H, L * K, 16, generator=g)
@@ -393,14 +379,12 @@ def test_native_step_attention_splits_sources_across_threads():
         torch.set_num_threads(threads)
 
 
-def test_native_step_attention_over_no_key_is_nan_like_softmax():
-    require_native_kernel()
+def test_native_step_attention_over_no_key_is_nan_like_softmax(native_kernels):
     q, k, v = torch.randn(2, 2, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
     assert native.decode_attention(q, k, v, None, torch.zeros(1, 3, dtype=torch.bool)).isnan().all()
 
 
-def test_native_kernel_rejects_what_it_cannot_read():
-    require_native_kernel()
+def test_native_kernel_rejects_what_it_cannot_read(native_kernels):
     q, k, v = torch.randn(2, 4, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
     with pytest.raises(ValueError, match="fp32"):
         native.decode_attention(q.double(), k.double(), v.double(), None, None)
@@ -410,9 +394,8 @@ def test_native_kernel_rejects_what_it_cannot_read():
         native.decode_attention(q, torch.randn(1, 3, 3, 16), torch.randn(1, 3, 3, 16), None, None)
 
 
-def test_native_kernel_only_where_it_applies():
+def test_native_kernel_only_where_it_applies(native_kernels):
     """fp32 on CPU, no gradient, no autocast, enabled: anything else decodes with PyTorch's attention."""
-    require_native_kernel()
     x = torch.randn(2, 1, 16)
     with torch.no_grad():
         assert native.usable(x) and not native.usable(x.double())
@@ -421,8 +404,7 @@ def test_native_kernel_only_where_it_applies():
     assert not native.usable(x)  # gradients on
 
 
-def test_beam_search_returns_the_same_with_and_without_the_native_kernel(monkeypatch):
-    require_native_kernel()
+def test_beam_search_returns_the_same_with_and_without_the_native_kernels(monkeypatch, native_kernels):
     model, src = build(kv_heads=2).float(), ragged_src(seed=5)
     searched = {}
     for enabled in (True, False):
@@ -432,8 +414,7 @@ def test_beam_search_returns_the_same_with_and_without_the_native_kernel(monkeyp
     assert close(searched[True][1], searched[False][1], 1e-5)
 
 
-def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(monkeypatch, tmp_path):
-    require_native_kernel()
+def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(monkeypatch, tmp_path, native_kernels):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     monkeypatch.setenv("ATTENTION_KERNEL_CACHE", str(blocked / "kernels"))
@@ -441,7 +422,7 @@ def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(m
     native.library.cache_clear()
     try:
         assert native.library() is not None
-        assert list((tmp_path / "tmp").glob("attention-ablations-kernels-*/decode_attention-*.so"))
+        assert list((tmp_path / "tmp").glob("attention-ablations-kernels-*/decoding-*.so"))
     finally:
         native.library.cache_clear()
 
@@ -456,7 +437,7 @@ def test_decoding_falls_back_to_pytorch_without_a_compiler(monkeypatch, tmp_path
     monkeypatch.setenv("ATTENTION_KERNEL_CACHE", str(tmp_path / "kernels"))
     native.library.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="native decoding kernel unavailable"):
+        with pytest.warns(RuntimeWarning, match="native decoding kernels unavailable"):
             assert native.library() is None
         with torch.no_grad():
             cache = model.new_cache()

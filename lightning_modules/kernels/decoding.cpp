@@ -1,11 +1,16 @@
-// One incremental decoding step's attention on CPU, in fp32: every query is one new position, and it attends to a
-// list of cached key rows (its own beam's ancestors for self-attention, the real source tokens for cross-attention).
+// Native CPU kernels of one incremental decoding step, in fp32, built and loaded by lightning_modules/native.py.
 //
-// Why a kernel: PyTorch's fused attention pays a per-(row, head) setup that dominates at one query against a few
+// decode_attention: every query is one new position, and it attends to a list of cached key rows (its own beam's
+// ancestors for self-attention, the real source tokens for cross-attention). Why a kernel: PyTorch's fused attention pays a per-(row, head) setup that dominates at one query against a few
 // dozen keys, and its masked form scores every beam slot of the cache (K times the work). Here a query reads only
 // the rows it attends, each a contiguous d_k-vector: its scores, their softmax, then the weighted sum of the values.
-// Built and loaded by lightning_modules/native.py; the result equals softmax(q k^T / sqrt(d_k)) v to fp32 rounding.
+// The result equals softmax(q k^T / sqrt(d_k)) v to fp32 rounding.
+//
+// beam_candidates: the 2K best (beam, token) continuations of each source from the K x V scores of its beams, in one
+// pass that skips, 16 tokens at a time, whatever cannot enter the list; torch.topk over the flattened K x V scores
+// copies and heap-sorts every (value, index) pair, several times slower at a few thousand tokens.
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <vector>
 #if defined(__AVX512F__)
@@ -167,6 +172,63 @@ void attend(const Args& a, int threads) {
     }
 }
 
+// The n best (value, index) pairs offered, best first. Indices are offered in increasing order and only a strictly
+// greater value moves ahead, so among equal values the earlier index ranks first.
+struct Best {
+    float* value;
+    int64_t* index;
+    int64_t n, count = 0;
+
+    bool full() const { return count == n; }
+    float worst() const { return value[n - 1]; }
+    void offer(float v, int64_t i) {
+        if (full() && !(v > worst())) return;
+        int64_t p = full() ? n - 1 : count++;
+        for (; p > 0 && v > value[p - 1]; --p) {
+            value[p] = value[p - 1];
+            index[p] = index[p - 1];
+        }
+        value[p] = v;
+        index[p] = i;
+    }
+};
+
+inline bool listed(int64_t id, const int64_t* ids, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+// Offers row[j] + score as candidate base + j for every token j not banned. Only sums greater than the list's worst
+// can enter once it is full: they are found 16 at a time with a vector compare (AVX-512) or, elsewhere, by skipping
+// blocks whose largest token cannot enter (float addition is monotonic, so none of the block's sums could).
+void offer_row(Best& best, const float* __restrict row, float score, int64_t V, int64_t base, const int64_t* banned,
+               int64_t n_banned) {
+    auto offer = [&](int64_t j) {
+        const float value = row[j] + score;
+        if ((!best.full() || value > best.worst()) && !listed(j, banned, n_banned)) best.offer(value, base + j);
+    };
+    int64_t j = 0;
+    for (; j < V && !best.full(); ++j) offer(j);
+#if defined(__AVX512F__)
+    const __m512 add = _mm512_set1_ps(score);
+    for (; j + 16 <= V; j += 16) {
+        __mmask16 enter = _mm512_cmp_ps_mask(_mm512_add_ps(_mm512_loadu_ps(row + j), add), _mm512_set1_ps(best.worst()), _CMP_GT_OQ);
+        for (; enter; enter &= enter - 1) offer(j + __builtin_ctz(enter));
+    }
+#else
+    constexpr int64_t block = 32;
+    for (; j + block <= V; j += block) {
+        float top = -__builtin_inff();
+#pragma omp simd reduction(max : top)
+        for (int64_t i = j; i < j + block; ++i) top = row[i] > top ? row[i] : top;
+        if (top + score > best.worst())
+            for (int64_t i = j; i < j + block; ++i) offer(i);
+    }
+#endif
+    for (; j < V; ++j) offer(j);
+}
+
 }  // namespace
 
 extern "C" int decode_attention(const float* q, const float* k, const float* v, float* out,
@@ -182,4 +244,26 @@ extern "C" int decode_attention(const float* q, const float* k, const float* v, 
     else if (dk == 128 && dv == 128) attend<128, 128>(a, threads);
     else attend<0, 0>(a, threads);
     return 0;
+}
+
+// logp [B, K, V]: each beam's next-token log-probabilities; scores [B, K]: each beam's log-probability so far. For each
+// source b, the n best logp[b, k, j] + scores[b, k] over (k, j) with j not banned, as values [B, n] and flat indices
+// k*V + j [B, n], best first. Where only_eos[b] (a source at its length limit) the only finite candidates are the
+// beams' EOS; places the list cannot fill with finite candidates hold -inf.
+extern "C" void beam_candidates(const float* logp, const float* scores, int64_t B, int64_t K, int64_t V,
+                                const int64_t* banned, int64_t n_banned, const uint8_t* only_eos, int64_t eos, int64_t n,
+                                float* values, int64_t* indices, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && B > 1)
+    for (int64_t b = 0; b < B; ++b) {
+        Best best{values + b * n, indices + b * n, n};
+        const bool eos_only = only_eos && only_eos[b];
+        for (int64_t k = 0; k < K; ++k) {
+            const float score = scores[b * K + k];
+            const float* row = logp + (b * K + k) * V;
+            if (eos_only) best.offer(row[eos] + score, k * V + eos);
+            else if (!(best.full() && score == -__builtin_inff())) offer_row(best, row, score, V, k * V, banned, n_banned);
+        }
+        for (int64_t i = 0; !best.full() && i < K * V; ++i)  // fewer candidates than places: -inf, as topk gives
+            if (!listed(i, best.index, best.count)) best.offer(-__builtin_inff(), i);
+    }
 }
