@@ -29,7 +29,8 @@ Early stopping (`stop`):
 Cost. One host sync per step (whether any sentence is done). Done sentences leave the batch: their rows of the
 memory, mask and cache are dropped, so the remaining sentences decode faster. The encoder's memory is kept once
 per sentence, not per beam, and the decoder's cache never copies a beam's history when beams are reordered (see
-DecoderCache).
+DecoderCache). At the end the cache goes back to the model (`recycle`), which keeps its buffers for the next search
+while it is in eval mode: the pages stay mapped, where fresh ones would fault on their first write.
 """
 
 from __future__ import annotations
@@ -205,6 +206,8 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         if cache is not None:
             cache.reorder(live_beam, keep)
 
+    if cache is not None:
+        model.recycle(cache)
     lengths = best_len.tolist()
     tokens = best_tokens.tolist()
     return [row[:n] for row, n in zip(tokens, lengths)], best_score.cpu()

@@ -10,7 +10,8 @@ Shapes: B batch, S source length, T target length, D d_model, H heads, G key/val
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -29,6 +30,7 @@ class LayerCache:
     cross_k: Optional[Tensor] = None  # [B, G, S, d_k], projected once per source (not per beam)
     cross_v: Optional[Tensor] = None  # [B, G, S, d_v]
     capacity: int = 16  # positions allocated at the first step; past them the buffers double
+    spare: list[Tensor] = field(default_factory=list)  # flat buffers of an earlier search, shared by the layers
 
     def append(self, k: Tensor, v: Tensor, start: int, beams: int) -> tuple[Tensor, Tensor]:
         """Write the new positions k, v [B*K, G, T, d] at `start`; return every position so far as [B, G, (start+T)*K, d]
@@ -36,23 +38,32 @@ class LayerCache:
         block and a position's heads are adjacent: a decoding step reads it as a stream."""
         BK, G, T, _ = k.shape
         if self.self_k is None or start + T > self.self_k.shape[1]:
-            self.self_k = _grown(self.self_k, k, start, beams, self.capacity)
-            self.self_v = _grown(self.self_v, v, start, beams, self.capacity)
+            self.self_k = _grown(self.self_k, k, start, beams, self.capacity, self.spare)
+            self.self_v = _grown(self.self_v, v, start, beams, self.capacity, self.spare)
         end = start + T
         for buffer, new in ((self.self_k, k), (self.self_v, v)):
             buffer[:, start:end] = new.view(BK // beams, beams, G, T, -1).permute(0, 3, 1, 2, 4)  # [B, T, K, G, d]
         return self.self_k[:, :end].flatten(1, 2).transpose(1, 2), self.self_v[:, :end].flatten(1, 2).transpose(1, 2)
 
 
-def _grown(buffer: Optional[Tensor], new: Tensor, length: int, beams: int, capacity: int) -> Tensor:
+def _grown(buffer: Optional[Tensor], new: Tensor, length: int, beams: int, capacity: int, spare: list[Tensor]) -> Tensor:
     """[B, size, K, G, d] holding the first `length` positions of `buffer`: `capacity` positions, or twice what is
-    needed when the T new ones do not fit."""
+    needed when the T new ones do not fit; carved from a spare buffer where one is large enough."""
     BK, G, T, d = new.shape
     size = capacity if length + T <= capacity else 2 * (length + T)
-    grown = new.new_empty(BK // beams, size, beams, G, d)
+    grown = _take(spare, (BK // beams, size, beams, G, d), new)
     if buffer is not None:
         grown[:, :length] = buffer[:, :length]
     return grown
+
+
+def _take(spare: list[Tensor], shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """A [shape] tensor: the start of a flat spare buffer of like's dtype and device, removed from `spare`, or new."""
+    count = math.prod(shape)
+    for i, flat in enumerate(spare):
+        if flat.dtype == like.dtype and flat.device == like.device and flat.numel() >= count:
+            return spare.pop(i)[:count].view(shape)
+    return like.new_empty(shape)
 
 
 @dataclass
@@ -72,8 +83,14 @@ class DecoderCache:
     origin: Optional[Tensor] = None  # [B, K, length] slot of each beam's ancestor per position
 
     @classmethod
-    def empty(cls, n_layers: int, capacity: int = 16) -> "DecoderCache":
-        return cls([LayerCache(capacity=capacity) for _ in range(n_layers)])
+    def empty(cls, n_layers: int, capacity: int = 16, spare: Optional[list[Tensor]] = None) -> "DecoderCache":
+        shared = spare if spare is not None else []
+        return cls([LayerCache(capacity=capacity, spare=shared) for _ in range(n_layers)])
+
+    def buffers(self) -> list[Tensor]:
+        """The self-attention buffers, flat and whole (also the rows of sources dropped on the way)."""
+        held = [tensor for layer in self.layers for tensor in (layer.self_k, layer.self_v) if tensor is not None]
+        return [(tensor if tensor._base is None else tensor._base).view(-1) for tensor in held]
 
     def extend(self, sources: int, beams: int, new: int, device: torch.device, mask: bool = True) -> Optional[Tensor]:
         """Claim `new` positions for every beam; the self-attention mask [B, 1, K*new, (length+new)*K] (True =
@@ -94,8 +111,17 @@ class DecoderCache:
         """Beam search moves on: new beam k of source b continues beam parents[b, k] [B', K]; `sources` [B'] keeps
         those sources only (default: all, in order). Only the origin table moves, unless sources are dropped."""
         if sources is not None:
+            kept = sources.numel()
             for layer in self.layers:
-                for name in ("self_k", "self_v", "cross_k", "cross_v"):
+                for name in ("self_k", "self_v"):  # only the positions written, back into the buffer: it stays for reuse
+                    buffer = getattr(layer, name)
+                    if buffer is not None:
+                        written = buffer[:, : self.length].index_select(0, sources)
+                        if kept > buffer.shape[0]:  # sources repeated: more rows than the buffer holds
+                            buffer = buffer.new_empty(kept, *buffer.shape[1:])
+                        buffer[:kept, : self.length] = written
+                        setattr(layer, name, buffer[:kept])
+                for name in ("cross_k", "cross_v"):
                     value = getattr(layer, name)
                     if value is not None:
                         setattr(layer, name, value.index_select(0, sources))
@@ -353,13 +379,29 @@ class Transformer(nn.Module):
         return self.out_proj(self.decoder_norm(x))
 
     def new_cache(self, capacity: int = 16) -> DecoderCache:
-        """An empty cache; `capacity`: the positions to allocate for at once (decoding longer grows it)."""
-        return DecoderCache.empty(self.cfg.N, capacity)
+        """An empty cache; `capacity`: the positions to allocate for at once (decoding longer grows it). It writes into
+        the buffers of the last cache handed to `recycle` where they are large enough."""
+        return DecoderCache.empty(self.cfg.N, capacity, _spare_buffers.pop(self, None))
+
+    def recycle(self, cache: DecoderCache) -> None:
+        """Keep `cache`'s buffers for the next search, while in eval mode (`train()` lets them go): a search's buffers
+        would be freed at its end, and the next search's fresh pages fault on their first write."""
+        if not self.training:
+            _spare_buffers[self] = cache.buffers()
+
+    def train(self, mode: bool = True) -> "Transformer":
+        if mode:
+            _spare_buffers.pop(self, None)
+        return super().train(mode)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src [B, S], tgt_in [B, T] (BOS-prefixed targets) -> logits [B, T, V]."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
+
+
+# Per model, weakly (not in its state, copies or pickles): the buffers `Transformer.recycle` keeps between searches.
+_spare_buffers: "weakref.WeakKeyDictionary[Transformer, list[Tensor]]" = weakref.WeakKeyDictionary()
 
 
 def count_parameters(model: nn.Module) -> int:

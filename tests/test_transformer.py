@@ -414,6 +414,23 @@ def test_beam_search_returns_the_same_with_and_without_the_native_kernels(monkey
     assert close(searched[True][1], searched[False][1], 1e-5)
 
 
+def test_search_keeps_its_cache_buffers_for_the_next_search_in_eval_mode():
+    """Reused buffers (no fresh pages) give the same hypotheses; train() lets them go."""
+    model = build(kv_heads=2).float()
+    src = ragged_src(seed=5)
+    first = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
+    kept = transformer._spare_buffers[model]
+    assert len(kept) == 2 * model.cfg.N
+    addresses = sorted(buffer.data_ptr() for buffer in kept)
+    second = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
+    assert second[0] == first[0] and torch.equal(second[1], first[1])
+    assert sorted(buffer.data_ptr() for buffer in transformer._spare_buffers[model]) == addresses
+    model.train()
+    assert model not in transformer._spare_buffers
+    beam_search(model, src, 1, 2, beam_size=4, max_len=12)  # searched in training mode: nothing kept
+    assert model.training and model not in transformer._spare_buffers
+
+
 def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(monkeypatch, tmp_path, native_kernels):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
