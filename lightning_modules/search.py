@@ -123,15 +123,20 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
     only_eos[eos_id] = 0.0
     native_candidates = device.type == "cpu" and native.available()  # see native.beam_candidates: one pass, not topk
 
-    # Results, indexed by original sentence.
-    best_score = torch.full((B_all,), NEG_INF, device=device)
-    best_tokens = torch.full((B_all, max(L_cap, 1)), cfg.pad_id, dtype=torch.long, device=device)
-    best_len = torch.zeros(B_all, dtype=torch.long, device=device)
-    n_finished = torch.zeros(B_all, dtype=torch.long, device=device)
+    # Outputs, by original sentence: a sentence's best finished hypothesis, written when it leaves the batch.
+    out_score = torch.full((B_all,), NEG_INF, device=device)
+    out_tokens = torch.full((B_all, max(L_cap, 1)), cfg.pad_id, dtype=torch.long, device=device)
+    out_len = torch.zeros(B_all, dtype=torch.long, device=device)
 
     # State of the active sentences (B of them), K beams each.
     ids = torch.arange(B_all, device=device)  # original index of each active sentence
     lim = limit  # [B]
+    lp_limit = length_penalty_factor(lim + 1, alpha)  # [B]: the penalty of the longest hypothesis each may reach
+    best_score = torch.full((B_all,), NEG_INF, device=device)  # best finished hypothesis so far
+    best_tokens = torch.full((B_all, max(L_cap, 1)), cfg.pad_id, dtype=torch.long, device=device)
+    best_len = torch.zeros(B_all, dtype=torch.long, device=device)
+    n_finished = torch.zeros(B_all, dtype=torch.long, device=device)
+    first_rows = torch.arange(B_all, device=device) * K  # [B]: each sentence's first row of B*K
     scores = torch.full((B_all, K), NEG_INF, device=device)
     scores[:, 0] = 0.0  # one live beam at the start, so the K beams do not duplicate it
     hist = torch.empty(B_all * K, 0, dtype=torch.long, device=device)  # generated tokens [B*K, t]
@@ -159,19 +164,17 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         is_eos = cand_tok == eos_id
 
         # Finished: EOS candidates among the first K, with a finite score. |Y| = t + 1 (EOS included).
-        fin = is_eos & torch.isfinite(cand_scores)
-        fin[:, K:] = False
-        n_finished[ids] += fin.sum(dim=1)
-        fin_norm = torch.where(fin, cand_scores / ((5.0 + t + 1) / 6.0) ** alpha, NEG_INF)
+        fin = is_eos[:, :K] & torch.isfinite(cand_scores[:, :K])
+        if stop == "count":
+            n_finished += fin.sum(dim=1)
+        fin_norm = torch.where(fin, cand_scores[:, :K] / ((5.0 + t + 1) / 6.0) ** alpha, NEG_INF)
         top_norm, top_pos = fin_norm.max(dim=1)  # [B]
-        improved = top_norm > best_score[ids]
+        improved = top_norm > best_score
         if t > 0:
-            parent_rows = torch.arange(B, device=device) * K + cand_beam.gather(1, top_pos[:, None]).squeeze(1)
-            new_tokens = hist[parent_rows]  # [B, t]
-            old_tokens = best_tokens[ids, :t]
-            best_tokens[ids, :t] = torch.where(improved[:, None], new_tokens, old_tokens)
-        best_len[ids] = torch.where(improved, t, best_len[ids])
-        best_score[ids] = torch.where(improved, top_norm, best_score[ids])
+            parent_rows = first_rows + cand_beam.gather(1, top_pos[:, None]).squeeze(1)
+            best_tokens[:, :t] = torch.where(improved[:, None], hist[parent_rows], best_tokens[:, :t])
+        best_len = torch.where(improved, t, best_len)
+        best_score = torch.where(improved, top_norm, best_score)
 
         # Live beams: the K best non-EOS candidates.
         live_scores, live_pos = cand_scores.masked_fill(is_eos, NEG_INF).topk(K, dim=1)  # [B, K]
@@ -183,23 +186,26 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         if stop == "none":
             done = at_limit
         elif stop == "count":
-            done = (n_finished[ids] >= K) | at_limit
+            done = (n_finished >= K) | at_limit
         else:
             # Longest reachable |Y| is lim + 1, the shortest t + 1; take the larger penalty of the two ends.
-            lp_max = length_penalty_factor(lim + 1, alpha).clamp(min=((5.0 + t + 1) / 6.0) ** alpha)
-            bound = live_scores[:, 0] / lp_max
-            done = (best_score[ids] >= bound) | at_limit
+            bound = live_scores[:, 0] / lp_limit.clamp(min=((5.0 + t + 1) / 6.0) ** alpha)
+            done = (best_score >= bound) | at_limit
 
         # Reorder rows to the live beams' parents, dropping done sentences.
+        rows = (first_rows[:, None] + live_beam).view(-1)
         keep = None
         if bool(done.any()):  # the one host sync per step
+            # Every active sentence's result so far: those that stay are written again when they leave.
+            out_score[ids], out_len[ids], out_tokens[ids] = best_score, best_len, best_tokens
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            memory, src_mask = memory[keep], src_mask[keep]
-            ids, lim = ids[keep], lim[keep]
+            memory, src_mask, ids, lim, lp_limit = memory[keep], src_mask[keep], ids[keep], lim[keep], lp_limit[keep]
+            best_score, best_len, best_tokens, n_finished = best_score[keep], best_len[keep], best_tokens[keep], n_finished[keep]
             live_scores, live_tok, live_beam = live_scores[keep], live_tok[keep], live_beam[keep]
-        rows = ((keep if keep is not None else torch.arange(B, device=device))[:, None] * K + live_beam).view(-1)
+            rows = rows.view(B, K)[keep].view(-1)
+            first_rows = first_rows[: keep.numel()]
         scores = live_scores
         hist = torch.cat([hist[rows], live_tok.reshape(-1, 1)], dim=1)
         last = live_tok.reshape(-1, 1)
@@ -208,6 +214,6 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
 
     if cache is not None:
         model.recycle(cache)
-    lengths = best_len.tolist()
-    tokens = best_tokens.tolist()
-    return [row[:n] for row, n in zip(tokens, lengths)], best_score.cpu()
+    lengths = out_len.tolist()
+    tokens = out_tokens.tolist()
+    return [row[:n] for row, n in zip(tokens, lengths)], out_score.cpu()
