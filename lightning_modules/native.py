@@ -3,7 +3,7 @@ choice of the 2K best continuations.
 
 They are compiled with the machine's C++ compiler on first use (about a second), cached under $ATTENTION_KERNEL_CACHE
 (default ~/.cache/attention-ablations/kernels; a temporary directory if that is not writable), keyed by source,
-flags, compiler and CPU, and called through ctypes, so it needs neither PyTorch's headers nor a build step at
+flags, compiler and CPU, and called through ctypes, so they need neither PyTorch's headers nor a build step at
 install. Where no compiler works, decoding falls back to PyTorch's attention and torch.topk with one warning;
 ATTENTION_NATIVE_DECODING=0 turns them off.
 """
@@ -106,7 +106,7 @@ def beam_candidates(logp: Tensor, scores: Tensor, banned: Tensor, eos_id: int, o
 
 @functools.cache
 def library() -> Optional[ctypes.CDLL]:
-    """The compiled kernel, building it on first use; None (and one warning) where it cannot be built."""
+    """The compiled kernels, built on first use; None (and one warning) where they cannot be built."""
     try:
         path = _build()
         lib = ctypes.CDLL(str(path))

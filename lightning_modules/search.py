@@ -6,10 +6,10 @@ Scoring. A hypothesis Y (tokens y_1..y_n, then EOS) scores  log P(Y | X) / lp(|Y
 lp(m) = ((5 + m) / 6)^alpha, where |Y| = n + 1 counts the EOS, as in tensor2tensor and fairseq.
 
 Search. All sentences and beams are decoded as one batch of B*K rows. Each step takes the 2K best
-(beam, token) candidates of each sentence; EOS candidates that rank among the first K are finished
-hypotheses (as in fairseq); the K best non-EOS candidates are the live beams of the next step. PAD never is a
-candidate, nor BOS when it differs from EOS. When a sentence has produced its maximum number of tokens, only
-EOS is allowed, so every sentence ends with a finished hypothesis.
+(beam, token) candidates of each sentence (on CPU in one native pass, native.beam_candidates); EOS candidates
+that rank among the first K are finished hypotheses (as in fairseq); the K best non-EOS candidates are the live
+beams of the next step. PAD never is a candidate, nor BOS when it differs from EOS. When a sentence has produced
+its maximum number of tokens, only EOS is allowed, so every sentence ends with a finished hypothesis.
 
 Finished hypotheses. Only the best finished hypothesis of each sentence (normalised score and tokens) and the
 number finished are kept, as tensors: the API returns the best one, and both stopping rules only need these.
