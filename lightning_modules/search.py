@@ -212,7 +212,7 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         if cache is not None:
             cache.reorder(live_beam, keep)
 
-    if cache is not None:
+    if cache is not None and hasattr(model, "recycle"):  # a model without it (any object with encode/decode) keeps nothing
         model.recycle(cache)
     lengths = out_len.tolist()
     tokens = out_tokens.tolist()

@@ -62,9 +62,6 @@ class HashLM(nn.Module):
     def new_cache(self, capacity: int = 16):
         return self.Cache()
 
-    def recycle(self, cache):  # the Transformer keeps the cache's buffers for the next search
-        pass
-
     def _logits(self, state, position):
         logits = self.table[state].clone()
         logits[:, EOS] += self.eos_slope * position - 2.5
