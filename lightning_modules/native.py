@@ -121,15 +121,20 @@ def library() -> Optional[ctypes.CDLL]:
     return lib
 
 
+def compiler() -> Optional[str]:
+    """The C++ compiler the kernels are built with: $CXX, else c++, g++ or clang++ on the PATH; None if none."""
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+
+
 def _build() -> Path:
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if compiler is None:
+    compiler_path = compiler()
+    if compiler_path is None:
         raise RuntimeError("no C++ compiler found (set CXX)")
     source = SOURCE.read_bytes()
     directory = _cache_directory()
     errors = []
     for flags in (FLAGS, PORTABLE_FLAGS):
-        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler.encode(), _cpu_identity().encode()]))
+        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler_path.encode(), _cpu_identity().encode()]))
         target = directory / f"decoding-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
@@ -137,11 +142,11 @@ def _build() -> Path:
         handle, scratch = tempfile.mkstemp(suffix=".so", dir=directory)
         os.close(handle)
         try:
-            result = subprocess.run([compiler, *flags, str(SOURCE), "-o", scratch], capture_output=True, text=True, timeout=300)
+            result = subprocess.run([compiler_path, *flags, str(SOURCE), "-o", scratch], capture_output=True, text=True, timeout=300)
             if result.returncode == 0:
                 os.replace(scratch, target)
                 return target
-            errors.append(f"{compiler} {' '.join(flags)}: {result.stderr.strip()[-500:]}")
+            errors.append(f"{compiler_path} {' '.join(flags)}: {result.stderr.strip()[-500:]}")
         finally:
             if os.path.exists(scratch):
                 os.unlink(scratch)
