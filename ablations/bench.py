@@ -50,6 +50,8 @@ from lightning_modules.positional import sinusoids
 from lightning_modules.search import beam_search
 from lightning_modules.transformer import Transformer, prefers_explicit_attention
 
+from .train import code_commit
+
 PRECISIONS = ("32-true", "bf16-mixed")
 CLOCKS = ("wall", "cpu")
 # Dense bf16 peak of common GPUs in TFLOP/s (vendor data sheets, without sparsity), for model FLOPs utilisation.
@@ -82,7 +84,7 @@ class BenchOptions:
     timed_batches: int = 4  # per contender per round, after one warm-up batch
     decode_sentences: int = 96
     decode_batch_sentences: int = 48
-    decode_rounds: int = 3
+    decode_rounds: int = 5  # the decoders' ratio is the tightest: five rounds steady its medians
     beam_size: int = 4
     precision: str = "32-true"
     device: str = "cpu"
@@ -687,7 +689,7 @@ def machine() -> dict[str, Any]:
     import lightning
 
     info = {"cpu": cpu, "cpu_bf16": bf16, "cores": os.cpu_count(), "torch": torch.__version__, "lightning": lightning.__version__,
-            "python": platform.python_version(), "load_average": list(os.getloadavg()),
+            "python": platform.python_version(), "load_average": list(os.getloadavg()), "commit": code_commit(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     try:
         info["transformers"] = require_transformers().__version__
@@ -869,6 +871,7 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         "",
         f"- CPU: {m['cpu']} ({m['cores']} cores visible; avx512_bf16/amx_bf16: {'yes' if m['cpu_bf16'] else 'no'})",
         f"- GPU: {m['gpu'] or 'none in this session: every figure below is CPU'}",
+        f"- code: commit {m['commit'] or 'unknown (not a git checkout)'}",
         f"- torch {m['torch']}, lightning {m['lightning']}, transformers {m['transformers']}, Python {m['python']}",
         f"- load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in m['load_average_before'])}; "
         f"after: {', '.join(f'{x:.2f}' for x in m['load_average'])} (other processes shared the cores; "

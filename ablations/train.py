@@ -92,15 +92,26 @@ def hardware() -> dict[str, Any]:
         cpu_model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "cpu_model": cpu_model, "torch_threads": torch.get_num_threads(), "commit": commit,
+        "cpu_model": cpu_model, "torch_threads": torch.get_num_threads(), "commit": code_commit(),
         "torch_version": torch.__version__,
     }
+
+
+def code_commit(directory: Path = Path(__file__).parent) -> Optional[str]:
+    """The git commit (short) of the code in `directory` (default: this package's), suffixed "+dirty" where tracked
+    files differ from it, so that a figure made with uncommitted code says so; None outside a git checkout (an
+    installed copy) or without git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def is_rank_zero() -> bool:

@@ -10,6 +10,7 @@ import torch
 
 from ablations import bench
 from ablations.bench import BenchOptions
+from ablations.train import code_commit
 from lightning_modules import native
 from lightning_modules.config import ModelConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler
@@ -181,6 +182,7 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
     markdown = bench.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown
+    assert result["machine"]["commit"] == code_commit() and f"commit {code_commit() or 'unknown'}" in markdown
     assert ("decode_native_kernels" in markdown) == result["decode"]["native_kernels"]
 
 

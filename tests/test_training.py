@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics
-from ablations.train import train_run
+from ablations.train import code_commit, train_run
 from lightning_modules.averaging import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss
@@ -24,6 +26,23 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_code_commit_names_the_commit_and_marks_uncommitted_changes(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert code_commit(tmp_path) is None  # not a checkout
+    git("init", "-q")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    git("add", "model.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "model")
+    head = git("rev-parse", "--short", "HEAD")
+    (tmp_path / "notes.txt").write_text("untracked files are not the code\n")
+    assert code_commit(tmp_path) == head
+    (tmp_path / "model.py").write_text("x = 2\n")
+    assert code_commit(tmp_path) == head + "+dirty"
 
 
 def test_schedule_equals_the_papers_formula():
