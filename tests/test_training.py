@@ -36,10 +36,14 @@ def test_code_commit_names_the_commit_and_marks_uncommitted_changes(tmp_path):
     assert code_commit(tmp_path) is None  # not a checkout
     git("init", "-q")
     (tmp_path / "model.py").write_text("x = 1\n")
-    git("add", "model.py")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "bench.md").write_text("generated\n")
+    git("add", "model.py", "results/bench.md")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "model")
     head = git("rev-parse", "--short", "HEAD")
     (tmp_path / "notes.txt").write_text("untracked files are not the code\n")
+    assert code_commit(tmp_path) == head
+    (tmp_path / "results" / "bench.md").write_text("regenerated\n")  # what the code writes is not the code
     assert code_commit(tmp_path) == head
     (tmp_path / "model.py").write_text("x = 2\n")
     assert code_commit(tmp_path) == head + "+dirty"
