@@ -567,8 +567,9 @@ def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[
 
 
 @contextmanager
-def native_decoding(enabled: bool) -> Iterator[None]:
-    """Our decoder with the native kernels (attention, beam candidates; where they build) or PyTorch's ops."""
+def using_native_kernels(enabled: bool) -> Iterator[None]:
+    """Our model with the native kernels (decoding's attention and beam candidates, training's dropout noise; where
+    they build) or PyTorch's ops."""
     before = native.enabled
     native.enabled = enabled
     try:
@@ -607,7 +608,8 @@ def attention_kernel(name: str) -> Iterator[None]:
 
 
 def lever_contender(options: BenchOptions, batches: list[dict[str, Any]], device: torch.device, *, precision: str,
-                    fused_adam: Optional[bool] = None, attention: str = "default", compiled: bool = False) -> Callable[[], dict[str, float]]:
+                    fused_adam: Optional[bool] = None, attention: str = "default", compiled: bool = False,
+                    native_kernels: bool = True) -> Callable[[], dict[str, float]]:
     run = options.run_config()
     torch.manual_seed(options.seed)
     model = Transformer(run.model).to(device).train()
@@ -616,7 +618,7 @@ def lever_contender(options: BenchOptions, batches: list[dict[str, Any]], device
     step = plain_step(lambda b: forward_model(b["src"], b["tgt_in"]), optimizer, schedule, device, precision, run.train.eps_ls)
 
     def measure() -> dict[str, float]:
-        with attention_kernel(attention):
+        with attention_kernel(attention), using_native_kernels(native_kernels):
             return timed_loop(step, batches, device)
 
     return measure
@@ -632,6 +634,8 @@ def measure_levers(options: BenchOptions, batches: list[dict[str, Any]], device:
         "bf16_autocast": ("bf16-mixed", {"precision": "bf16-mixed"}, "32-true", {"precision": "32-true"}),
         "fused_adam": ("fused", {"fused_adam": True}, "foreach", {"fused_adam": None}),
     }
+    if device.type == "cpu" and native.available():
+        pairs["native_dropout"] = ("native", {"native_kernels": True}, "torch", {"native_kernels": False})
     if options.compile:
         pairs["torch_compile"] = ("compiled", {"compiled": True}, "eager", {"compiled": False})
     results: dict[str, Any] = {}
@@ -784,7 +788,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
 
     def ours_without_native_kernels() -> list[list[int]]:
-        with native_decoding(False):
+        with using_native_kernels(False):
             return decode_ours(model, sources, options.beam_size, use_cache=True)
 
     native_kernels = device.type == "cpu" and native.available()  # built here, before the timed rounds
@@ -950,7 +954,10 @@ LEVER_DEFAULTS = {
     "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64: a base run "
                      "measured 3,077 tokens/s in bf16 against 3,674 in fp32)",
     "fused_adam": "no: torch's default (foreach) Adam",
-    "decode_native_kernels": "yes on CPU (where a C++ compiler builds them; ATTENTION_NATIVE_DECODING=0 turns them off): "
+    "native_dropout": "yes on CPU for fp32 and bf16 (where a C++ compiler builds the kernels; ATTENTION_NATIVE_KERNELS=0 "
+                      "turns them off): the noise drawn by a counter-based hash instead of torch's Bernoulli sampler; "
+                      "torch's fused dropout on CUDA",
+    "decode_native_kernels": "yes on CPU (where a C++ compiler builds them; ATTENTION_NATIVE_KERNELS=0 turns them off): "
                              "the attention kernel for fp32 steps without autocast, the beam candidates for every "
                              "search; PyTorch's attention and torch.topk elsewhere",
     "torch_compile": "no (`train.compile: false`)",

@@ -1,11 +1,11 @@
-"""Native CPU kernels of one incremental decoding step (kernels/decoding.cpp): its attention, and beam search's
-choice of the 2K best continuations.
+"""Native CPU kernels: one incremental decoding step's attention and beam search's choice of the 2K best
+continuations (kernels/decoding.cpp), and training's dropout noise (kernels/dropout.cpp).
 
 They are compiled with the machine's C++ compiler on first use (about a second), cached under $ATTENTION_KERNEL_CACHE
-(default ~/.cache/attention-ablations/kernels; a temporary directory if that is not writable), keyed by source,
+(default ~/.cache/attention-ablations/kernels; a temporary directory if that is not writable), keyed by sources,
 flags, compiler and CPU, and called through ctypes, so they need neither PyTorch's headers nor a build step at
-install. Where no compiler works, decoding falls back to PyTorch's attention and torch.topk with one warning;
-ATTENTION_NATIVE_DECODING=0 turns them off.
+install. Where no compiler works, PyTorch's attention, torch.topk and torch's dropout take over after one warning;
+ATTENTION_NATIVE_KERNELS=0 turns them off.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -25,7 +26,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("kernels") / "decoding.cpp"
+SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("decoding.cpp", "dropout.cpp"))
 # -march=native: the vector width of this CPU (its binary is cached per CPU); no -ffast-math, whose finite-math
 # assumption would break the -inf handling. -fopenmp links libgomp.so.1, the runtime PyTorch has already loaded,
 # so the kernel's threads are PyTorch's; compilers without OpenMP or -march=native get the portable build, which
@@ -33,7 +34,7 @@ SOURCE = Path(__file__).with_name("kernels") / "decoding.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
 PORTABLE_FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
 
-enabled = os.environ.get("ATTENTION_NATIVE_DECODING", "1") != "0"
+enabled = os.environ.get("ATTENTION_NATIVE_KERNELS", "1") != "0"
 
 
 def available() -> bool:
@@ -58,7 +59,7 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, origin: Optional[Tensor], 
     """
     lib = library()
     if lib is None:
-        raise RuntimeError("the native decoding kernels are not available on this machine (see the warning above)")
+        raise RuntimeError("the native kernels are not available on this machine (see the warning above)")
     BK, H, d_k = q.shape
     B, G, _, d_v = v.shape
     L = origin.shape[-1] if origin is not None else valid.shape[-1] if valid is not None else k.shape[2]
@@ -88,7 +89,7 @@ def beam_candidates(logp: Tensor, scores: Tensor, banned: Tensor, eos_id: int, o
     """
     lib = library()
     if lib is None:
-        raise RuntimeError("the native decoding kernels are not available on this machine (see the warning above)")
+        raise RuntimeError("the native kernels are not available on this machine (see the warning above)")
     B, K, V = logp.shape
     if not (logp.dtype == scores.dtype == torch.float32 and logp.is_contiguous() and scores.is_contiguous()
             and scores.shape == (B, K) and 0 < n <= K * V and 0 <= eos_id < V):
@@ -104,6 +105,24 @@ def beam_candidates(logp: Tensor, scores: Tensor, banned: Tensor, eos_id: int, o
     return values, indices
 
 
+def dropout_noise(like: Tensor, p: float) -> Tensor:
+    """What dropout multiplies its input by: a tensor shaped like `like` (fp32 or bf16, on CPU), each value 0 with
+    probability p, else 1 / (1 - p), as torch's dropout builds it. The values are a hash of a seed drawn from torch's
+    default generator and of their index: torch.manual_seed reproduces them, and a checkpoint's RNG state resumes them.
+    """
+    lib = library()
+    if lib is None:
+        raise RuntimeError("the native kernels are not available on this machine (see the warning above)")
+    if not (like.device.type == "cpu" and like.dtype in (torch.float32, torch.bfloat16) and 0.0 < p < 1.0):
+        raise ValueError(f"dropout_noise: expected an fp32 or bf16 CPU tensor and 0 < p < 1; got {like.dtype} on "
+                         f"{like.device}, p = {p}")
+    noise = torch.empty(like.shape, dtype=like.dtype)
+    seed = int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)) % 2**64
+    lib.dropout_noise(noise.data_ptr(), noise.numel(), like.dtype == torch.bfloat16, seed,
+                      min(math.ceil(p * 2**32), 2**32 - 1), 1.0 / (1.0 - p), torch.get_num_threads())
+    return noise
+
+
 @functools.cache
 def library() -> Optional[ctypes.CDLL]:
     """The compiled kernels, built on first use; None (and one warning) where they cannot be built."""
@@ -111,13 +130,16 @@ def library() -> Optional[ctypes.CDLL]:
         path = _build()
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError, RuntimeError) as error:
-        warnings.warn(f"native decoding kernels unavailable, decoding uses PyTorch attention and torch.topk: {error}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"native kernels unavailable, PyTorch's attention, torch.topk and dropout take over: {error}",
+                      RuntimeWarning, stacklevel=2)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.decode_attention.argtypes = [ptr] * 4 + [i64] * 6 + [ptr, ptr] + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
     lib.decode_attention.restype = ctypes.c_int
     lib.beam_candidates.argtypes = [ptr, ptr] + [i64] * 3 + [ptr, i64, ptr, i64, i64, ptr, ptr, ctypes.c_int]
     lib.beam_candidates.restype = None
+    lib.dropout_noise.argtypes = [ptr, i64, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float, ctypes.c_int]
+    lib.dropout_noise.restype = None
     return lib
 
 
@@ -130,19 +152,20 @@ def _build() -> Path:
     compiler_path = compiler()
     if compiler_path is None:
         raise RuntimeError("no C++ compiler found (set CXX)")
-    source = SOURCE.read_bytes()
+    sources = [path.read_bytes() for path in SOURCES]
     directory = _cache_directory()
     errors = []
     for flags in (FLAGS, PORTABLE_FLAGS):
-        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler_path.encode(), _cpu_identity().encode()]))
-        target = directory / f"decoding-{key.hexdigest()[:16]}.so"
+        key = hashlib.sha256(b"\0".join([*sources, " ".join(flags).encode(), compiler_path.encode(), _cpu_identity().encode()]))
+        target = directory / f"kernels-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
         # A private file renamed into place: concurrent workers never load a half-written library.
         handle, scratch = tempfile.mkstemp(suffix=".so", dir=directory)
         os.close(handle)
         try:
-            result = subprocess.run([compiler_path, *flags, str(SOURCE), "-o", scratch], capture_output=True, text=True, timeout=300)
+            result = subprocess.run([compiler_path, *flags, *map(str, SOURCES), "-o", scratch], capture_output=True, text=True,
+                                    timeout=300)
             if result.returncode == 0:
                 os.replace(scratch, target)
                 return target
@@ -150,7 +173,7 @@ def _build() -> Path:
         finally:
             if os.path.exists(scratch):
                 os.unlink(scratch)
-    raise RuntimeError("compiling kernels/decoding.cpp failed: " + " | ".join(errors))
+    raise RuntimeError("compiling the kernels (kernels/*.cpp) failed: " + " | ".join(errors))
 
 
 def _cache_directory() -> Path:

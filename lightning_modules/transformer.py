@@ -144,7 +144,7 @@ def prefers_explicit_attention(q: Tensor) -> bool:
     return q.dtype == torch.bfloat16 and q.device.type == "cpu"
 
 
-def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, dropout: float) -> Tensor:
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, dropout_p: float) -> Tensor:
     """softmax(q k^T / sqrt(d_k)) v as plain matmuls, with SDPA's arguments (mask: True = attend)."""
     if k.shape[1] != q.shape[1]:  # grouped-query attention: each key/value head serves H / G query heads
         k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // v.shape[1], 1)
@@ -154,8 +154,18 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], 
         scores = scores.masked_fill(torch.ones(T, L, dtype=torch.bool, device=q.device).triu(L - T + 1), float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.dropout(scores.softmax(-1), dropout) if dropout else scores.softmax(-1)
-    return torch.matmul(weights, v)
+    return torch.matmul(dropout(scores.softmax(-1), dropout_p, True), v)
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """F.dropout(x, p, training), its noise drawn natively on CPU (native.dropout_noise): torch's Bernoulli sampler
+    took a tenth of a CPU training step. Elsewhere (CUDA, fp64, no compiler, inside torch.compile) torch's dropout."""
+    if not training or p == 0.0:
+        return x
+    if (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and p < 1.0
+            and not torch.compiler.is_compiling() and native.available()):
+        return x * native.dropout_noise(x, p)
+    return F.dropout(x, p)
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -188,12 +198,12 @@ class MultiHeadAttention(nn.Module):
             out = native.decode_attention(q.view(BK, H, -1), k, v, mask.origin, mask.valid)  # [B*K, H*d_v]
             return self.out_proj(out.view(BK, 1, -1))
         q = q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)  # [B, H, K*T, d_k]
-        dropout = self.dropout if self.training else 0.0
+        dropout_p = self.dropout if self.training else 0.0
         if prefers_explicit_attention(q):
-            out = explicit_attention(q, k, v, mask, causal, dropout)  # [B, H, K*T, d_v]
+            out = explicit_attention(q, k, v, mask, causal, dropout_p)  # [B, H, K*T, d_v]
         else:
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h, dropout_p=dropout,
+                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h, dropout_p=dropout_p,
             )  # [B, H, K*T, d_v]
         out = out.view(BK // beams, H, beams, T, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d_v]
         return self.out_proj(out.reshape(BK, T, self.h * self.d_v))  # [B*K, T, D]
@@ -211,7 +221,7 @@ class FeedForward(nn.Module):
         self.kind = cfg.ffn
         self.w1 = nn.Linear(cfg.d_model, cfg.d_ff * (2 if cfg.ffn == "swiglu" else 1))
         self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.dropout = nn.Dropout(cfg.activation_dropout)
+        self.dropout = cfg.activation_dropout
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.w1(x)
@@ -220,7 +230,7 @@ class FeedForward(nn.Module):
             hidden = F.silu(gate) * value
         else:
             hidden = F.relu(hidden) if self.kind == "relu" else F.gelu(hidden)
-        return self.w2(self.dropout(hidden))
+        return self.w2(dropout(hidden, self.dropout, self.training))
 
 
 class Residual(nn.Module):
@@ -230,12 +240,12 @@ class Residual(nn.Module):
         super().__init__()
         self.pre = cfg.norm_placement == "pre"
         self.norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.P_drop)
+        self.dropout = cfg.P_drop
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.pre:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return x + dropout(sublayer(self.norm(x)), self.dropout, self.training)
+        return self.norm(x + dropout(sublayer(x), self.dropout, self.training))
 
 
 class EncoderLayer(nn.Module):
@@ -308,7 +318,6 @@ class Transformer(nn.Module):
             cos, sin = rope_tables(cfg.max_positions, cfg.head_dim_k)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.embed_dropout = nn.Dropout(cfg.P_drop)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.N))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.N))
         # Pre-norm leaves the residual stream un-normalised: each stack ends with a norm.
@@ -341,7 +350,7 @@ class Transformer(nn.Module):
             x = x + self.sinusoids[offset : offset + T].to(x.dtype)
         elif self.cfg.positional == "learned":
             x = x + positions(torch.arange(offset, offset + T, device=tokens.device))
-        return self.embed_dropout(x)
+        return dropout(x, self.cfg.P_drop, self.training)
 
     def _rope(self, offset: int, length: int) -> Optional[tuple[Tensor, Tensor]]:
         if self.cfg.positional != "rope":

@@ -18,11 +18,11 @@ def native_kernels():
     from lightning_modules import native
 
     if not native.enabled:
-        pytest.skip("ATTENTION_NATIVE_DECODING=0: the native decoding kernels are turned off")
+        pytest.skip("ATTENTION_NATIVE_KERNELS=0: the native kernels are turned off")
     if native.library() is None:
         if native.compiler() is not None:
-            pytest.fail("a C++ compiler is present but the native decoding kernels did not build (see the warning)")
-        pytest.skip("no C++ compiler: the native decoding kernels cannot be built here")
+            pytest.fail("a C++ compiler is present but the native kernels did not build (see the warning)")
+        pytest.skip("no C++ compiler: the native kernels cannot be built here")
     return native
 
 

@@ -179,6 +179,7 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert {"attention_kernel", "bf16_autocast", "fused_adam"} <= set(result["levers"])
     if native.available():  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention and topk
         assert result["decode"]["native_kernels"] and result["levers"]["decode_native_kernels"]["speedup"] > 0
+        assert result["levers"]["native_dropout"]["speedup"] > 0  # training's dropout noise, timed beside torch's
     assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
     markdown = bench.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown

@@ -439,7 +439,7 @@ def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(m
     native.library.cache_clear()
     try:
         assert native.library() is not None
-        assert list((tmp_path / "tmp").glob("attention-ablations-kernels-*/decoding-*.so"))
+        assert list((tmp_path / "tmp").glob("attention-ablations-kernels-*/kernels-*.so"))
     finally:
         native.library.cache_clear()
 
@@ -454,7 +454,7 @@ def test_decoding_falls_back_to_pytorch_without_a_compiler(monkeypatch, tmp_path
     monkeypatch.setenv("ATTENTION_KERNEL_CACHE", str(tmp_path / "kernels"))
     native.library.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="native decoding kernels unavailable"):
+        with pytest.warns(RuntimeWarning, match="native kernels unavailable"):
             assert native.library() is None
         with torch.no_grad():
             cache = model.new_cache()
@@ -781,3 +781,59 @@ def test_residual_sublayer_placement(pre):
     ln = lambda y: nn.functional.layer_norm(y, (16,), res.norm.weight, res.norm.bias)  # noqa: E731
     want = x + f(ln(x)) if pre else ln(x + f(x))  # pre: x + f(LN(x)); post (paper): LN(x + f(x))
     assert torch.allclose(res(x, f), want, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# Dropout's noise, drawn natively on CPU (native.dropout_noise; kernels/dropout.cpp)
+
+
+def bound(p: float, n: int) -> float:
+    """Five standard deviations of a rate p estimated over n draws."""
+    return 5 * (p * (1 - p) / n) ** 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_native_dropout_noise_is_zero_at_rate_p_else_the_scale(dtype, p, native_kernels):
+    torch.manual_seed(0)
+    noise = native_kernels.dropout_noise(torch.empty(1_000_001, dtype=dtype), p)  # odd: the last value drawn alone
+    assert noise.dtype == dtype and noise.shape == (1_000_001,)
+    assert set(noise.unique().tolist()) == {0.0, torch.tensor(1 / (1 - p), dtype=dtype).item()}
+    dropped = noise == 0
+    assert abs(dropped.double().mean().item() - p) < bound(p, noise.numel())
+    half = noise.numel() // 2  # one 64-bit draw serves element i of each half: the two must be independent
+    for a, b in ((dropped[:half], dropped[half : 2 * half]), (dropped[:-1], dropped[1:])):
+        assert abs((a & b).double().mean().item() - p * p) < bound(p * p, a.numel())
+
+
+def test_native_dropout_noise_follows_torch_seed_and_not_the_thread_count(native_kernels):
+    like = torch.empty(300_000)  # past the size where the kernel splits its work across threads
+    torch.manual_seed(3)
+    draws = [native_kernels.dropout_noise(like, 0.1) for _ in range(8)]
+    first = draws[0]
+    assert len({tuple(d.nonzero().flatten()[:64].tolist()) for d in draws}) == 8  # a fresh draw per call
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        torch.manual_seed(3)
+        assert torch.equal(native_kernels.dropout_noise(like, 0.1), first)
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        native_kernels.dropout_noise(like.double(), 0.1)
+    with pytest.raises(ValueError, match="0 < p < 1"):
+        native_kernels.dropout_noise(like, 1.0)
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["native", "torch"])
+def test_dropout_scales_what_it_keeps_and_passes_gradients_through_the_same_mask(kernels, monkeypatch, request):
+    if kernels:
+        request.getfixturevalue("native_kernels")
+    monkeypatch.setattr(native, "enabled", kernels)
+    x = torch.randn(64, 33, requires_grad=True)
+    assert transformer.dropout(x, 0.25, training=False) is x and transformer.dropout(x, 0.0, training=True) is x
+    y = transformer.dropout(x, 0.25, training=True)
+    y.sum().backward()
+    assert set(x.grad.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
+    assert torch.equal(y, x * x.grad)  # dropped where the gradient is 0; kept ones scaled by 1 / (1 - p)
+    assert abs((x.grad == 0).double().mean().item() - 0.25) < bound(0.25, x.numel())
