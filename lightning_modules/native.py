@@ -117,7 +117,7 @@ def dropout_noise(like: Tensor, p: float) -> Tensor:
         raise ValueError(f"dropout_noise: expected an fp32 or bf16 CPU tensor and 0 < p < 1; got {like.dtype} on "
                          f"{like.device}, p = {p}")
     noise = torch.empty(like.shape, dtype=like.dtype)
-    seed = int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)) % 2**64
+    seed = int(torch.empty((), dtype=torch.int64).random_())  # uniform over [0, 2^63)
     lib.dropout_noise(noise.data_ptr(), noise.numel(), like.dtype == torch.bfloat16, seed,
                       min(math.ceil(p * 2**32), 2**32 - 1), 1.0 / (1.0 - p), torch.get_num_threads())
     return noise
