@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from lightning_modules import native
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler, TranslationDataModule, collate_pairs
-from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss
+from lightning_modules.module import TranslationModule, label_smoothed_loss, make_optimizer
 from lightning_modules.positional import sinusoids
 from lightning_modules.search import beam_search
 from lightning_modules.transformer import Transformer, prefers_explicit_attention
@@ -245,10 +245,10 @@ def reset_peak_memory(device: torch.device) -> None:
 
 def built_in_corpus(options: BenchOptions) -> TranslationDataModule:
     from .corpus import write_corpus
-    from lightning_modules.data import default_cache_dir
+    from lightning_modules.data import generated_corpus_dir
 
     cfg = options.data_config()
-    directory = default_cache_dir(cfg) / "corpus" / f"generated-{cfg.generated_pairs}-{cfg.generated_seed}"
+    directory = generated_corpus_dir(cfg)
     write_corpus(directory, train_pairs=cfg.generated_pairs, seed=cfg.generated_seed)
     data = TranslationDataModule(cfg, corpus_dir=directory, seed=options.seed, max_positions=256)
     data.setup("fit")
@@ -298,15 +298,6 @@ def collate_seconds(data: TranslationDataModule, batches: int) -> float:
 # ---------------------------------------------------------------------------------------------------------------
 # Training contenders: each a callable that trains on the warm-up batch, then times the rest
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def make_optimizer(parameters, run: RunConfig, fused: Optional[bool] = None):
-    """Adam and the inverse-square-root schedule as TranslationModule.configure_optimizers builds them."""
-    cfg = run.train
-    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, fused=fused)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: inverse_sqrt_lr(step + 1, run.model.d_model, cfg.warmup_steps, cfg.lr_scale))
-    return optimizer, schedule
 
 
 def autocast(device: torch.device, precision: str):

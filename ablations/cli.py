@@ -37,7 +37,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 def resolve_run(args: argparse.Namespace):
     """The RunConfig and meta that `ablate train` arguments describe."""
     from .records import read_config
-    from .sweep import apply_overrides, build_config, expand, load_sweep, parse_sets, scales_for
+    from .sweep import apply_sets, build_config, expand, load_sweep, parse_sets, scales_for
 
     sets = parse_sets(args.set or [])
     if args.data:
@@ -49,7 +49,7 @@ def resolve_run(args: argparse.Namespace):
         if args.seed is not None:
             sets["seed"] = args.seed
         if sets:
-            config = build_config(apply_overrides(config.to_dict(), sets, "--set"), str(args.config))
+            config = build_config(apply_sets(config.to_dict(), sets), str(args.config))
         meta["run_id"] = config.run_id()
         return config, meta
     missing = [flag for flag, value in (("--sweep", args.sweep), ("--row", args.row), ("--scale", args.scale)) if not value]
@@ -221,6 +221,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .sweep import DATA_HELP
+
     parser = argparse.ArgumentParser(prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -236,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--row", help="row id, e.g. base")
     train.add_argument("--scale", help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
     train.add_argument("--config", help="a resolved config file (a run folder's config.yaml)")
-    train.add_argument("--data", help="corpus directory (sets data.path)")
+    train.add_argument("--data", help=DATA_HELP)
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set positional=none --set train.max_steps=500")
     train.add_argument("--seed", type=int, help="random seed (default: the sweep's first)")
     train.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
@@ -262,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=int, metavar="K", help="runs at a time (default: one per GPU, else 1); each gets cores // K")
     sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
     sweep.add_argument("--set", action="append", metavar="KEY=VALUE", help="override for every run, e.g. --set train.max_steps=500")
-    sweep.add_argument("--data", help="corpus directory (sets data.path)")
+    sweep.add_argument("--data", help=DATA_HELP)
     sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
     sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
     sweep.add_argument("--no-reuse", action="store_true",

@@ -82,7 +82,7 @@ from typing import Any, Callable, Mapping, Optional
 import yaml
 
 from .records import CONFIG_FILE, read_metrics, update_metrics, write_atomic, write_config
-from .sweep import WIDTH_FIELDS, Row, Scale, Sweep, canonical_key, load_sweep, read_yaml, resolve, scales_for
+from .sweep import DATA_HELP, WIDTH_FIELDS, Row, Scale, Sweep, canonical_key, load_sweep, read_yaml, resolve, scales_for
 
 STORAGE_ENV = "ABLATE_OPTUNA_STORAGE"
 STUDY_ENV = "ABLATE_OPTUNA_STUDY"
@@ -998,6 +998,6 @@ def add_search_parser(sub: Any) -> None:
     parser.add_argument("--sampler", choices=("tpe", "grid"), default="tpe",
                         help="tpe (seeded, default) or grid (every combination of categorical choices, enqueued)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="fixed in every trial, e.g. --set train.max_steps=300")
-    parser.add_argument("--data", help="corpus directory (sets data.path)")
+    parser.add_argument("--data", help=DATA_HELP)
     parser.add_argument("--trial-timeout", type=float, metavar="SECONDS", help="stop and fail a trial that trains longer")
     parser.set_defaults(handler=cmd_search)

@@ -67,6 +67,20 @@ def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any], where:
     return out
 
 
+DATA_HELP = ("your corpus directory, only ever read: {train,valid,test}.{en,de}; sets data.path and, at a scale that "
+             "would generate its corpus, data.dataset=dir")
+
+
+def apply_sets(values: dict[str, Any], sets: Mapping[str, Any]) -> dict[str, Any]:
+    """`--set` / `--data` applied last, in run units. A corpus path always means "read my corpus there": where the
+    scale would generate the built-in corpus (and `--set` names no dataset), the run switches to `dir`."""
+    out = apply_overrides(values, sets, "--set")
+    names_dataset = any(canonical_key(str(key), "--set") == "data.dataset" for key in sets)
+    if out["data"]["path"] is not None and out["data"]["dataset"] == "generated" and not names_dataset:
+        out["data"]["dataset"] = "dir"
+    return out
+
+
 def build_config(values: Mapping[str, Any], where: str) -> RunConfig:
     """RunConfig from a dict, with model.vocab_size following data.vocab_size; errors say where."""
     values = copy.deepcopy(dict(values))
@@ -269,8 +283,7 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
         model[name] //= scale.width_divisor
     values["train"]["max_steps"] = scale.steps(values["train"]["max_steps"])
     values["seed"] = seed
-    values = apply_overrides(values, sets, "--set")
-    return build_config(values, where)
+    return build_config(apply_sets(values, sets), where)
 
 
 def expand(

@@ -24,19 +24,14 @@ from tqdm.auto import tqdm
 
 from lightning_modules.averaging import average_checkpoints, step_checkpoints
 from lightning_modules.config import RunConfig
-from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, dataset_directory
+from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, dataset_directory, generated_corpus_dir
 from lightning_modules.module import TranslationModule
 
 from .records import read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
 from .search import optuna_callbacks_from_env
 
-DEFAULT_CACHE = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "attention-ablations"))
 log = logging.getLogger("ablate")
 LOG_TAIL_LINES = 40
-
-
-def cache_dir(config: RunConfig) -> Path:
-    return Path(config.data.cache_dir) if config.data.cache_dir else DEFAULT_CACHE
 
 
 def corpus_directory(config: RunConfig) -> Path:
@@ -45,8 +40,7 @@ def corpus_directory(config: RunConfig) -> Path:
     if data.dataset == "generated":
         from .corpus import write_corpus
 
-        path = Path(data.path) if data.path else cache_dir(config) / "corpus" / f"generated-{data.generated_pairs}-{data.generated_seed}"
-        return write_corpus(path, train_pairs=data.generated_pairs, seed=data.generated_seed)
+        return write_corpus(generated_corpus_dir(data), train_pairs=data.generated_pairs, seed=data.generated_seed)
     return dataset_directory(data)
 
 

@@ -136,7 +136,7 @@ class DataConfig:
     """Which corpus, which splits, and how it is cut into word pieces and batches."""
 
     dataset: Literal["generated", "multi30k", "wmt14-en-de", "dir"] = "generated"
-    path: Optional[str] = None  # corpus directory; for `generated`, where the corpus is written
+    path: Optional[str] = None  # a corpus directory to read; the generated corpus never uses it (it lives in the cache)
     src_lang: str = "en"
     tgt_lang: str = "de"
     train_split: str = "train"
@@ -156,6 +156,11 @@ class DataConfig:
         _check_choice(own, "dataset", self.dataset, ("generated", "multi30k", "wmt14-en-de", "dir"))
         if self.dataset in ("multi30k", "dir") and not self.path:
             _fail(own, "path", self.path, f"a corpus directory for dataset={self.dataset!r}")
+        if self.dataset == "generated" and self.path:
+            # A path names a corpus to read; the built-in corpus is written only to the cache, so a user's files
+            # are never replaced by it.
+            _fail(own, "path", self.path, "no path for dataset='generated' (it lives in the cache, data.cache_dir); "
+                  "to train on the corpus in that directory, set data.dataset=dir, as --data does")
         for name in ("vocab_size", "max_tokens", "batch_tokens", "generated_pairs"):
             _check_positive(own, name, getattr(self, name))
         _check_non_negative(own, "num_workers", self.num_workers)
@@ -172,6 +177,9 @@ class TrainConfig:
     max_steps: int = 100_000
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    # Deviation, off by default (the paper's rate never decays to zero): the rate falls linearly to zero over the
+    # last cooldown_fraction of max_steps, so a budget far shorter than the paper's ends annealed.
+    cooldown_fraction: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_eps: float = 1e-9
@@ -193,6 +201,8 @@ class TrainConfig:
             _check_positive(own, name, getattr(self, name))
         _check_non_negative(own, "warmup_steps", self.warmup_steps)
         _check_positive_number(own, "lr_scale", self.lr_scale)
+        if not 0.0 <= self.cooldown_fraction <= 1.0:
+            _fail(own, "cooldown_fraction", self.cooldown_fraction, "a fraction of max_steps in [0, 1] (0: no cool-down)")
         _check_probability(own, "adam_beta1", self.adam_beta1)
         _check_probability(own, "adam_beta2", self.adam_beta2)
         _check_positive_number(own, "adam_eps", self.adam_eps)
@@ -250,12 +260,20 @@ class RunConfig:
         return from_dict(cls, values, "run")
 
     def run_id(self) -> str:
-        """A short, stable hash of the resolved config: the same run gets the same id everywhere."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """A short, stable hash of the resolved config: the same run gets the same id everywhere.
+
+        Fields added after records were published enter the hash only when set away from their default, so
+        adding a knob does not rename every finished run."""
+        values = self.to_dict()
+        for section, name in FIELDS_ADDED_SINCE_RECORDS:
+            if values[section][name] == getattr(SECTIONS[section](), name):
+                del values[section][name]
+        blob = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+FIELDS_ADDED_SINCE_RECORDS = (("train", "cooldown_fraction"),)
 
 
 def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:

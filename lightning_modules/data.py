@@ -296,6 +296,11 @@ def default_cache_dir(data_cfg: Optional[DataConfig] = None) -> Path:
     return Path(env).expanduser() if env else DEFAULT_CACHE_DIR.expanduser()
 
 
+def generated_corpus_dir(data_cfg: DataConfig) -> Path:
+    """Where the built-in corpus of these generator settings lives: always the cache, never a user's directory."""
+    return default_cache_dir(data_cfg) / "corpus" / f"generated-{data_cfg.generated_pairs}-{data_cfg.generated_seed}"
+
+
 def default_split_names(data_cfg: DataConfig) -> tuple[str, Optional[str], Optional[str]]:
     """(train, dev, test) split names: the config's, else the dataset's own (WMT14: newstest2013/2014)."""
     dev, test = data_cfg.dev_split, data_cfg.test_split
@@ -314,8 +319,7 @@ def dataset_directory(data_cfg: DataConfig, download: bool = True) -> Path:
             raise CorpusError(f"data.path = {str(path)!r} (dataset={kind!r}) does not exist")
         return path
     if kind == "generated":
-        path = (Path(data_cfg.path).expanduser() if data_cfg.path else
-                default_cache_dir(data_cfg) / "corpus" / f"generated-{data_cfg.generated_pairs}-{data_cfg.generated_seed}")
+        path = generated_corpus_dir(data_cfg)
         expected = [path / f"{data_cfg.train_split}.{lang}" for lang in (data_cfg.src_lang, data_cfg.tgt_lang)]
         missing = [str(p) for p in expected if not p.is_file()]
         if missing:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import RunConfig
+from .config import RunConfig, TrainConfig
 from .metrics import score_translations
 from .search import beam_search
 from .transformer import Transformer, count_parameters
@@ -23,6 +23,26 @@ def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, scale: float = 1
     if warmup_steps == 0:
         return scale * d_model**-0.5 * step**-0.5
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def learning_rate(step: int, d_model: int, train: TrainConfig) -> float:
+    """The run's rate at optimiser step ``step`` (from 1): the paper's inverse-square-root warm-up, times a linear
+    cool-down to zero over the last ``cooldown_fraction`` of ``max_steps`` when that deviation is turned on, so a
+    short run ends annealed instead of at a large fraction of its peak."""
+    rate = inverse_sqrt_lr(step, d_model, train.warmup_steps, train.lr_scale)
+    if train.cooldown_fraction > 0:
+        rate *= min(1.0, max(train.max_steps - step + 1, 0) / (train.cooldown_fraction * train.max_steps))
+    return rate
+
+
+def make_optimizer(parameters, config: RunConfig, fused: Optional[bool] = None):
+    """Adam(beta1, beta2, eps) at lr 1, scaled per step by ``learning_rate``: (optimizer, LambdaLR)."""
+    cfg = config.train
+    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                                 weight_decay=cfg.weight_decay, fused=fused)
+    d_model = config.model.d_model
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step + 1, d_model, cfg))
+    return optimizer, schedule
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad_id: int) -> tuple[Tensor, Tensor]:
@@ -116,15 +136,7 @@ class TranslationModule(pl.LightningModule):
         self.log("train/lr", optimizer.param_groups[0]["lr"])
 
     def configure_optimizers(self):
-        cfg = self.config.train
-        optimizer = torch.optim.Adam(
-            self.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-            weight_decay=cfg.weight_decay,
-        )
-        d_model = self.config.model.d_model
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: inverse_sqrt_lr(step + 1, d_model, cfg.warmup_steps, cfg.lr_scale)
-        )
+        optimizer, schedule = make_optimizer(self.parameters(), self.config)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     # --- evaluation -----------------------------------------------------------------------------------------

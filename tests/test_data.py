@@ -370,9 +370,10 @@ def test_wmt14_offline_message_lists_files(tmp_path, monkeypatch):
 def test_named_dataset_directories(tmp_path):
     root = make_corpus(tmp_path / "c")
     assert dataset_directory(DataConfig(dataset="multi30k", path=str(root))) == root
-    assert dataset_directory(DataConfig(dataset="generated", path=str(root))) == root
     with pytest.raises(CorpusError, match="generated corpus is not in"):
-        dataset_directory(DataConfig(dataset="generated", path=str(tmp_path / "empty")))
+        dataset_directory(DataConfig(dataset="generated", cache_dir=str(tmp_path / "empty")))
+    with pytest.raises(ValueError, match="data.path .* no path for dataset='generated'"):
+        DataConfig(dataset="generated", path=str(root))
     with pytest.raises(CorpusError, match="does not exist"):
         dataset_directory(DataConfig(dataset="dir", path=str(tmp_path / "nowhere")))
 

@@ -390,7 +390,7 @@ def test_cli_rejects_bad_selections(corpus, tmp_path, capsys):
 def test_train_run_records_an_exception(corpus, tmp_path):
     from ablations.train import train_run
 
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.path": str(tmp_path / "nonexistent")}})
+    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}})
     (spec,) = expand(load_sweep(path), scales_for(path)["test"])
     with pytest.raises(ValueError, match="does not exist"):
         train_run(spec.config, tmp_path / "run", {"row": "broken"}, progress=False)
@@ -403,7 +403,7 @@ def test_train_run_records_an_exception(corpus, tmp_path):
 @pytest.mark.slow
 def test_a_real_sweep_finishes_records_a_crash_and_skips_finished_runs(corpus, tmp_path, capsys):
     """Real `ablate train` processes: two rows train to `done` with 2 workers while a third crashes in training."""
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.path": "/nonexistent"}, "base": {}, "nopos": {"positional": "none"}})
+    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": "/nonexistent"}, "base": {}, "nopos": {"positional": "none"}})
     out = tmp_path / "runs"
     assert cli.main(sweep_args(path, out, "--workers", "2")) == 1  # not all done: exit code 1
     runs = folders(out)

@@ -18,7 +18,7 @@ from ablations.records import read_config, read_metrics
 from ablations.train import code_commit, train_run
 from lightning_modules.averaging import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
-from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss
+from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss, learning_rate
 from lightning_modules.search import greedy_search
 from lightning_modules.transformer import Transformer
 
@@ -68,6 +68,17 @@ def test_the_optimizer_follows_the_schedule_step_by_step():
         assert optimizer.param_groups[0]["lr"] == pytest.approx(inverse_sqrt_lr(step, config.model.d_model, 4, 0.5))
         optimizer.step()
         schedule.step()
+
+
+def test_the_cooldown_falls_linearly_to_zero_over_the_last_fraction():
+    train = TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=0.5, cooldown_fraction=0.2)
+    paper = TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=0.5)
+    for step in (1, 50, 100, 500, 800):  # warm-up and the paper's decay untouched before the cool-down
+        assert learning_rate(step, 64, train) == learning_rate(step, 64, paper) == inverse_sqrt_lr(step, 64, 100, 0.5)
+    for step in (801, 900, 1000):
+        assert learning_rate(step, 64, train) == pytest.approx(inverse_sqrt_lr(step, 64, 100, 0.5) * (1001 - step) / 200)
+    assert learning_rate(1000, 64, train) < 0.01 * learning_rate(800, 64, train)  # the last step is nearly annealed
+    assert learning_rate(1001, 64, train) == 0.0
 
 
 def test_smoothed_loss_equals_a_direct_computation():
