@@ -1,0 +1,191 @@
+"""Seed-aware statistics for a sweep table: what a row's difference from base is, and whether it is evidence.
+
+Seeds are common random numbers across rows: seed i gives every row the same data order and the same draws where
+the shapes agree, so a row is compared with base seed by seed. For a metric m and the seeds both have,
+d_i = m(row, seed i) - m(base, seed i); the row's effect is mean(d) with a 95 % t-interval over those seeds
+(mean +- t_{0.975, n-1} * sd(d) / sqrt(n)), its p-value the two-sided paired t-test. One seed gives no interval
+and no p-value: a one-seed difference is never evidence. Sentence-level resampling (sacreBLEU's paired
+bootstrap) says how sure one seed's BLEU is, not how a row's training varies, so it plays no part here.
+
+Each row gets a verdict against the paper's Table 3:
+- The paper's large effects (|delta BLEU| >= 0.5 or |delta PPL| >= 0.25; ten rows of Table 3) are judged on
+  perplexity where the paper's PPL effect is large, else on BLEU: `agrees` when the Holm-corrected paired test
+  rejects "no difference" (familywise 5 % over the judged rows) and the mean lies on the paper's side,
+  `disagrees` when it rejects with the mean on the other side, else `unresolved`.
+- The rows whose paper effect is small get `equivalent` when both BLEU and PPL pass a TOST equivalence test at
+  5 % with margins of +-0.5 BLEU and +-2 % of base's perplexity, else `differs` when either 95 % interval
+  excludes 0, else `unresolved`.
+The rank correlation (Spearman) of our mean delta PPL with the paper's, over every row that has both, says
+whether the ordering holds even where single rows do not resolve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping, Optional, Sequence
+
+from scipy import stats as scipy_stats
+
+LEVEL = 0.95
+ALPHA = 1 - LEVEL
+LARGE_BLEU = 0.5  # the paper's |delta BLEU| from which a row's effect counts as large
+LARGE_PPL = 0.25  # ... and |delta PPL|
+MARGIN_BLEU = 0.5  # equivalence margins for the rows whose paper effect is small
+MARGIN_PPL_RELATIVE = 0.02  # of base's mean perplexity (about +-0.1 at the paper's 4.92)
+
+Metric = Literal["bleu", "ppl"]
+Verdict = Literal["agrees", "disagrees", "equivalent", "differs", "unresolved"]
+VERDICTS: tuple[Verdict, ...] = ("agrees", "disagrees", "equivalent", "differs", "unresolved")
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """A row's seed-paired difference from base on one metric."""
+
+    mean: Optional[float]
+    ci: Optional[tuple[float, float]]  # 95 % t-interval; None with fewer than 2 seeds
+    p_value: Optional[float]  # two-sided paired t-test; None with fewer than 2 seeds
+    seeds: tuple[int, ...]  # the seeds both the row and base have
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.ci is not None and (self.ci[0] > 0 or self.ci[1] < 0)
+
+
+def paired_delta(row: Mapping[int, float], base: Mapping[int, float]) -> PairedDelta:
+    """mean(row[s] - base[s]) over the seeds both have, with its t-interval and paired t-test."""
+    seeds = tuple(sorted(set(row) & set(base)))
+    diffs = [row[s] - base[s] for s in seeds]
+    if not diffs:
+        return PairedDelta(None, None, None, seeds)
+    mean = math.fsum(diffs) / len(diffs)
+    if len(diffs) < 2:
+        return PairedDelta(mean, None, None, seeds)
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+    half = scipy_stats.t.ppf(1 - ALPHA / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
+    if sd == 0:
+        p_value = 1.0 if mean == 0 else 0.0
+    else:
+        p_value = float(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(len(diffs))), len(diffs) - 1))
+    return PairedDelta(mean, (mean - half, mean + half), p_value, seeds)
+
+
+def tost_p(delta: PairedDelta, margin: float) -> Optional[float]:
+    """p-value of the two one-sided t-tests that the true difference lies within (-margin, +margin)."""
+    if delta.ci is None or delta.mean is None:
+        return None
+    n = len(delta.seeds)
+    half = delta.ci[1] - delta.mean
+    se = half / scipy_stats.t.ppf(1 - ALPHA / 2, n - 1)
+    if se == 0:
+        return 0.0 if abs(delta.mean) < margin else 1.0
+    lower = scipy_stats.t.sf((delta.mean + margin) / se, n - 1)  # H0: diff <= -margin
+    upper = scipy_stats.t.cdf((delta.mean - margin) / se, n - 1)  # H0: diff >= +margin
+    return float(max(lower, upper))
+
+
+def holm(p_values: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values (familywise error over the given tests)."""
+    order = sorted(p_values, key=lambda key: (p_values[key], key))
+    adjusted, running = {}, 0.0
+    for rank, key in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p_values[key]))
+        adjusted[key] = running
+    return adjusted
+
+
+@dataclass(frozen=True)
+class PaperEffect:
+    """What the paper's Table 3 says of a row against base."""
+
+    delta_bleu: Optional[float]
+    delta_ppl: Optional[float]
+
+    @property
+    def large(self) -> bool:
+        # Rounded to the paper's printed precision: 4.67 - 4.92 must count as the -0.25 it is printed as.
+        return ((self.delta_bleu is not None and round(abs(self.delta_bleu), 2) >= LARGE_BLEU)
+                or (self.delta_ppl is not None and round(abs(self.delta_ppl), 2) >= LARGE_PPL))
+
+    @property
+    def judged_on(self) -> Optional[Metric]:
+        """The metric a large effect is judged on: perplexity where its effect is large, else BLEU."""
+        if not self.large:
+            return None
+        return "ppl" if self.delta_ppl is not None and round(abs(self.delta_ppl), 2) >= LARGE_PPL else "bleu"
+
+    def direction(self, metric: Metric) -> int:
+        value = self.delta_ppl if metric == "ppl" else self.delta_bleu
+        return 0 if not value else (1 if value > 0 else -1)
+
+
+def paper_effect(row: Mapping[str, Optional[float]], base: Mapping[str, Optional[float]]) -> Optional[PaperEffect]:
+    """The paper's deltas from its printed figures ({"bleu", "ppl"}); None where the paper prints neither."""
+    def delta(metric: str) -> Optional[float]:
+        if row.get(metric) is None or base.get(metric) is None:
+            return None
+        return float(row[metric]) - float(base[metric])
+
+    effect = PaperEffect(delta("bleu"), delta("ppl"))
+    return None if effect.delta_bleu is None and effect.delta_ppl is None else effect
+
+
+@dataclass(frozen=True)
+class RowEvidence:
+    row_id: str
+    paper: Optional[PaperEffect]
+    bleu: PairedDelta
+    ppl: PairedDelta
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    judged_on: Optional[Metric]  # large effects: the metric judged; small ones: None (both)
+    p_holm: Optional[float] = None  # large effects: the Holm-adjusted p of the judged metric
+    p_equivalence: Optional[float] = None  # small effects: the larger TOST p of the two metrics
+
+
+def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, Judgement]:
+    """A verdict per row with a paper effect (rows the paper does not print get none); see the module docstring."""
+    large = {r.row_id: r for r in rows if r.paper is not None and r.paper.large}
+    tested = {}
+    for row_id, r in large.items():
+        delta = getattr(r, r.paper.judged_on)
+        if delta.p_value is not None:
+            tested[row_id] = delta.p_value
+    adjusted = holm(tested)
+    out: dict[str, Judgement] = {}
+    for r in rows:
+        if r.paper is None:
+            continue
+        if r.row_id in large:
+            metric = r.paper.judged_on
+            delta = getattr(r, metric)
+            p = adjusted.get(r.row_id)
+            verdict: Verdict = "unresolved"
+            if p is not None and p < ALPHA and delta.mean:
+                verdict = "agrees" if (delta.mean > 0) == (r.paper.direction(metric) > 0) else "disagrees"
+            out[r.row_id] = Judgement(verdict, metric, p_holm=p)
+            continue
+        margins = {"bleu": MARGIN_BLEU, "ppl": None if base_ppl is None else MARGIN_PPL_RELATIVE * base_ppl}
+        p_eq = [tost_p(r.bleu, margins["bleu"]), None if margins["ppl"] is None else tost_p(r.ppl, margins["ppl"])]
+        p_equivalence = None if None in p_eq else max(p_eq)
+        if p_equivalence is not None and p_equivalence < ALPHA:
+            verdict = "equivalent"
+        elif r.bleu.excludes_zero or r.ppl.excludes_zero:
+            verdict = "differs"
+        else:
+            verdict = "unresolved"
+        out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence)
+    return out
+
+
+def rank_correlation(ours: Mapping[str, Optional[float]], paper: Mapping[str, Optional[float]]) -> Optional[float]:
+    """Spearman's rho between our and the paper's values over the keys both have (None below 3 such keys)."""
+    keys = sorted(k for k in ours if ours[k] is not None and paper.get(k) is not None)
+    if len(keys) < 3:
+        return None
+    rho = scipy_stats.spearmanr([ours[k] for k in keys], [paper[k] for k in keys]).statistic
+    return None if math.isnan(rho) else float(rho)
