@@ -74,7 +74,7 @@ def test_slurm_launcher_trains_a_job_array_and_a_rerun_submits_nothing(corpus, t
 
 
 def test_a_failing_job_is_recorded_with_wait(corpus, tmp_path, capsys):
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.path": str(tmp_path / "nonexistent")}})
+    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}})
     out = tmp_path / "runs"
     assert cli.main(slurm_args(path, out, "--wait")) == 1
     record = read_metrics(folders(out)["broken-s0"])
