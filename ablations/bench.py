@@ -244,13 +244,7 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def built_in_corpus(options: BenchOptions) -> TranslationDataModule:
-    from .corpus import write_corpus
-    from lightning_modules.data import generated_corpus_dir
-
-    cfg = options.data_config()
-    directory = generated_corpus_dir(cfg)
-    write_corpus(directory, train_pairs=cfg.generated_pairs, seed=cfg.generated_seed)
-    data = TranslationDataModule(cfg, corpus_dir=directory, seed=options.seed, max_positions=256)
+    data = TranslationDataModule(options.data_config(), seed=options.seed, max_positions=256)
     data.setup("fit")
     return data
 

@@ -35,12 +35,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ablations import cli, launch
-from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics, update_metrics, write_config
-from ablations.train import checkpoint_problem, train_run
-from lightning_modules.averaging import step_checkpoints
+from ablations.train import train_run
+from lightning_modules.checkpoints import checkpoint_problem, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import CorpusError, check_corpus, resolve_splits
+from lightning_modules.data.generated import write_corpus
 from test_sweep import FAKE_TRAIN, folders, sweep_args, write_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from ablations import cli, launch
-from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics, update_metrics
 from ablations.sweep import expand, load_sweep, scales_for
+from lightning_modules.data.generated import write_corpus
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
