@@ -47,7 +47,7 @@ from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainCo
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler, TranslationDataModule, collate_pairs
 from lightning_modules.module import TranslationModule, label_smoothed_loss, make_optimizer
 from lightning_modules.positional import sinusoids
-from lightning_modules.search import beam_search
+from lightning_modules.beam_search import beam_search
 from lightning_modules.transformer import Transformer, prefers_explicit_attention
 
 from .train import code_commit

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .config import RunConfig, TrainConfig
 from .metrics import score_translations
-from .search import beam_search
+from .beam_search import beam_search
 from .transformer import Transformer, count_parameters
 
 

@@ -19,7 +19,7 @@ from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data.generated import write_corpus
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss, learning_rate
-from lightning_modules.search import greedy_search
+from lightning_modules.beam_search import greedy_search
 from lightning_modules.transformer import Transformer
 
 os.environ.setdefault("WANDB_MODE", "disabled")

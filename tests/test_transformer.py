@@ -12,12 +12,12 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_modules import decoding_cache, native, transformer
+from lightning_modules.beam_search import beam_search
 from lightning_modules.config import FFN, NORM, NORM_PLACEMENT, POSITIONAL, ModelConfig
+from lightning_modules.decoding_cache import DecoderCache
 from lightning_modules.positional import apply_rope, rope_tables, sinusoids
-from lightning_modules.search import beam_search
-from lightning_modules import native, transformer
 from lightning_modules.transformer import (
-    DecoderCache,
     explicit_attention,
     MultiHeadAttention,
     Residual,
@@ -419,16 +419,16 @@ def test_search_keeps_its_cache_buffers_for_the_next_search_in_eval_mode():
     model = build(kv_heads=2).float()
     src = ragged_src(seed=5)
     first = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
-    kept = transformer._spare_buffers[model]
+    kept = decoding_cache.spare_buffers[model]
     assert len(kept) == 2 * model.cfg.N
     addresses = sorted(buffer.data_ptr() for buffer in kept)
     second = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
     assert second[0] == first[0] and torch.equal(second[1], first[1])
-    assert sorted(buffer.data_ptr() for buffer in transformer._spare_buffers[model]) == addresses
+    assert sorted(buffer.data_ptr() for buffer in decoding_cache.spare_buffers[model]) == addresses
     model.train()
-    assert model not in transformer._spare_buffers
+    assert model not in decoding_cache.spare_buffers
     beam_search(model, src, 1, 2, beam_size=4, max_len=12)  # searched in training mode: nothing kept
-    assert model.training and model not in transformer._spare_buffers
+    assert model.training and model not in decoding_cache.spare_buffers
 
 
 def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(monkeypatch, tmp_path, native_kernels):
@@ -524,8 +524,10 @@ def test_sinusoids_follow_the_paper_formula_interleaved(d_model):
 
 def test_model_adds_the_sinusoid_table():
     model = Transformer(tiny(max_positions=20))
-    assert torch.equal(model.sinusoids, sinusoids(20, 16))
-    assert model.sinusoids[5, 3].item() == pytest.approx(paper_pe(5, 3, 16), abs=1e-6)
+    table = model.src_positions.table
+    assert model.tgt_positions is model.src_positions  # one table for both sides
+    assert torch.equal(table, sinusoids(20, 16))
+    assert table[5, 3].item() == pytest.approx(paper_pe(5, 3, 16), abs=1e-6)
 
 
 def test_rope_score_depends_only_on_the_offset():
@@ -575,8 +577,7 @@ def test_rope_model_encoder_is_invariant_to_a_position_shift():
     src = tokens(2, 5, seed=13)
     with torch.no_grad():
         memory, _ = model.encode(src)
-        model._rope = lambda offset, length: (model.rope_cos[offset + 7 : offset + 7 + length],
-                                              model.rope_sin[offset + 7 : offset + 7 + length])
+        model.rope.cos, model.rope.sin = model.rope.cos[7:], model.rope.sin[7:]  # every position shifted by 7
         shifted, _ = model.encode(src)
     assert torch.allclose(shifted, memory, atol=1e-5)
 
@@ -648,7 +649,7 @@ def test_encoder_input_is_scaled_embedding_plus_sinusoids(scale):
     factor = math.sqrt(16) if scale else 1.0
     assert torch.allclose(seen["x"], model.src_embed.weight[src] * factor + pe, atol=1e-6)
     assert torch.allclose(seen["y"], model.tgt_embed.weight[src[:, :3]] * factor + pe[:3], atol=1e-6)
-    assert torch.allclose(model._embed(src, model.src_embed, None, 0), seen["x"], atol=0)
+    assert torch.allclose(model._embed(src, model.src_embed, model.src_positions, 0), seen["x"], atol=0)
 
 
 def test_learned_positions_are_added_per_side():
