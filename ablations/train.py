@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from lightning_modules.checkpoints import average_checkpoints, resume_checkpoint, step_checkpoints
 from lightning_modules.config import RunConfig
-from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule
+from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TranslationDataModule
 from lightning_modules.module import TranslationModule
 
 from .records import read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
@@ -214,7 +214,7 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
         )
         data.prepare_data()
         data.setup("fit")
-        module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID)
+        module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
         checkpoints = run_dir / "checkpoints"
         train_cfg = config.train
         periodic = ModelCheckpoint(

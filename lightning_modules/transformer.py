@@ -178,17 +178,19 @@ class Transformer(nn.Module):
     encoder layers, N decoder layers and the pre-softmax projection (tied to the embeddings by default).
 
     `encode` and `decode` are the two halves, as incremental decoding and beam search call them (with a
-    DecoderCache, `decode` takes only the new positions); `forward` is teacher forcing. `pad_id` and `vocab_size`
-    are the vocabulary's, `max_length` the longest sequence it encodes (None: no positions, no limit).
+    DecoderCache, `decode` takes only the new positions); `forward` is teacher forcing. The vocabulary is the
+    data's: `vocab_size` word pieces (data.vocab_size), `pad_id` the tokenizer's padding (lightning_modules.data
+    .PAD_ID). `max_length` is the longest sequence it encodes (None: no positions, no limit).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int):
         super().__init__()
         self.cfg = cfg
-        self.vocab_size, self.pad_id = cfg.vocab_size, cfg.pad_id
-        self.src_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.tgt_embed = self.src_embed if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.vocab_size, self.pad_id = vocab_size, pad_id
+        self.src_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        tied = cfg.tie_embeddings
+        self.tgt_embed = self.src_embed if tied else nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        self.out_proj = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.out_proj.weight = self.src_embed.weight
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
@@ -286,11 +288,6 @@ class Transformer(nn.Module):
         """Teacher forcing: src [B, S], tgt_in [B, T] (BOS-prefixed targets) -> logits [B, T, V]."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Distinct parameters (a tied matrix counts once), as the paper counts them."""
-    return sum(p.numel() for p in model.parameters())
 
 
 # --------------------------------------------------------------------------------------------------------------

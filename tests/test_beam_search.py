@@ -21,7 +21,7 @@ def tiny_model(seed: int, std: float = 0.5, **overrides) -> Transformer:
     """A tiny random model; weights drawn with a large std so that its distributions depend on the prefix."""
     with torch.random.fork_rng():  # leave the global generator as it was
         torch.manual_seed(seed)
-        model = Transformer(ModelConfig(vocab_size=7, N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, **overrides))
+        model = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, **overrides), 7, PAD)
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0.0, std)

@@ -90,7 +90,7 @@ def cache(tmp_path_factory) -> Path:
 def run_config(corpus: Path, cache: Path, **train) -> RunConfig:
     """A run of seconds: P_drop 0.1 (so dropout's RNG matters), a checkpoint every 4 steps, validation every 5,
     short decoding (an untrained model's hypotheses run to the length limit)."""
-    model = ModelConfig(vocab_size=96, N=1, d_model=32, d_ff=64, h=4, max_positions=128)
+    model = ModelConfig(N=1, d_model=32, d_ff=64, h=4, max_positions=128)
     data = DataConfig(dataset="dir", path=str(corpus), vocab_size=96, batch_tokens=512, max_tokens=64, cache_dir=str(cache))
     values = dict(max_steps=12, warmup_steps=4, val_every_steps=5, checkpoint_every_steps=4, keep_checkpoints=3) | train
     evaluation = EvalConfig(beam_size=2, max_len_offset=10, dev_bleu_sentences=4, average_last=1)
