@@ -18,8 +18,9 @@ from .corpus import CorpusError, PathLike
 
 log = logging.getLogger(__name__)
 
-# The tokenizer's special ids: the data pads, starts and ends every sentence with them, and the model and the
-# search take them from here (lightning_modules.data re-exports them).
+# The tokenizer's special ids: the data pads, starts and ends every sentence with them, and whoever builds the
+# model and decodes passes these (the Transformer's pad_id, beam search's bos_id / eos_id); lightning_modules.data
+# re-exports them.
 PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
