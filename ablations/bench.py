@@ -45,9 +45,10 @@ from torch import Tensor, nn
 from lightning_modules import native
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler, TranslationDataModule, collate_pairs
+from lightning_modules.flops import step_flops
 from lightning_modules.module import TranslationModule, label_smoothed_loss, make_optimizer
 from lightning_modules.positional import sinusoids
-from lightning_modules.search import beam_search
+from lightning_modules.beam_search import beam_search
 from lightning_modules.transformer import Transformer, prefers_explicit_attention
 
 from .train import code_commit
@@ -135,7 +136,7 @@ class BenchOptions:
         return cls.quick(**settings) if quick else cls(**settings)
 
     def model_config(self) -> ModelConfig:
-        return ModelConfig(vocab_size=self.vocab_size, N=self.layers, d_model=self.d_model, d_ff=self.d_ff, h=self.heads,
+        return ModelConfig(N=self.layers, d_model=self.d_model, d_ff=self.d_ff, h=self.heads,
                            P_drop=self.P_drop, max_positions=256, norm_placement="post", ffn="relu", tie_embeddings=True)
 
     def data_config(self) -> DataConfig:
@@ -202,19 +203,6 @@ def bucketed_and_unbucketed(lengths_src, lengths_tgt, batch_tokens: int, seed: i
     return {"bucketed": padding_efficiency(bucketed), "unbucketed": padding_efficiency(unbucketed)}
 
 
-def training_flops(cfg: ModelConfig, src_shape: tuple[int, int], tgt_shape: tuple[int, int]) -> float:
-    """Model FLOPs of one training step (forward + backward = 3 x forward) on padded [B, S] / [B, T] tensors."""
-    (B, S), (_, T) = src_shape, tgt_shape
-    D, Fd, H, dk, dv, V = cfg.d_model, cfg.d_ff, cfg.h, cfg.head_dim_k, cfg.head_dim_v, cfg.vocab_size
-    attn_proj = D * H * (2 * dk + dv) + H * dv * D  # W_Q, W_K, W_V, W_O
-    ffn = 2 * D * Fd
-    encoder = 2 * B * S * (attn_proj + ffn) + 2 * B * H * S * S * (dk + dv)
-    cross = 2 * B * T * (D * H * dk + H * dv * D) + 2 * B * S * D * H * (dk + dv) + 2 * B * H * T * S * (dk + dv)
-    decoder = 2 * B * T * (attn_proj + ffn) + 2 * B * H * T * T * (dk + dv) + cross
-    output = 2 * B * T * D * V
-    return 3.0 * (cfg.N * (encoder + decoder) + output)
-
-
 def bf16_peak_flops(device: torch.device, override_tflops: Optional[float]) -> Optional[float]:
     if override_tflops is not None:
         return override_tflops * 1e12
@@ -244,13 +232,7 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def built_in_corpus(options: BenchOptions) -> TranslationDataModule:
-    from .corpus import write_corpus
-    from lightning_modules.data import generated_corpus_dir
-
-    cfg = options.data_config()
-    directory = generated_corpus_dir(cfg)
-    write_corpus(directory, train_pairs=cfg.generated_pairs, seed=cfg.generated_seed)
-    data = TranslationDataModule(cfg, corpus_dir=directory, seed=options.seed, max_positions=256)
+    data = TranslationDataModule(options.data_config(), seed=options.seed, max_positions=256)
     data.setup("fit")
     return data
 
@@ -374,12 +356,12 @@ def lightning_contender(module: TranslationModule, batches: list[dict[str, Any]]
     return measure
 
 
-def marian_config(cfg: ModelConfig):
+def marian_config(cfg: ModelConfig, vocab_size: int):
     """A MarianConfig with our dimensions: post-norm, ReLU, tied embeddings scaled by sqrt(d_model), our ids."""
     from transformers import MarianConfig
 
     return MarianConfig(
-        vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.N, decoder_layers=cfg.N,
+        vocab_size=vocab_size, d_model=cfg.d_model, encoder_layers=cfg.N, decoder_layers=cfg.N,
         encoder_attention_heads=cfg.h, decoder_attention_heads=cfg.h, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
         activation_function="relu", dropout=cfg.P_drop, attention_dropout=cfg.attention_dropout,
         activation_dropout=cfg.activation_dropout, max_position_embeddings=cfg.max_positions, scale_embedding=True,
@@ -397,10 +379,10 @@ def require_transformers():
     return transformers
 
 
-def marian_model(cfg: ModelConfig) -> nn.Module:
+def marian_model(cfg: ModelConfig, vocab_size: int) -> nn.Module:
     from transformers import MarianMTModel
 
-    return MarianMTModel(marian_config(cfg))
+    return MarianMTModel(marian_config(cfg, vocab_size))
 
 
 def marian_forward(model: nn.Module) -> Callable[[dict[str, Any]], Tensor]:
@@ -417,9 +399,9 @@ class TorchTransformerModel(nn.Module):
     nn.Transformer always ends both stacks with a LayerNorm (two more than the paper's post-norm model).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=PAD_ID)
         nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
         self.transformer = nn.Transformer(cfg.d_model, cfg.h, cfg.N, cfg.N, cfg.d_ff, cfg.P_drop, activation="relu",
                                           batch_first=True, norm_first=False)
@@ -461,7 +443,7 @@ def marian_from_ours(model: Transformer) -> nn.Module:
             or cfg.n_kv_heads != cfg.h or cfg.head_dim_k * cfg.h != cfg.d_model or cfg.head_dim_v * cfg.h != cfg.d_model:
         raise ValueError("marian_from_ours: Marian has only the paper's architecture (post-norm, ReLU, LayerNorm, sinusoids, "
                          "tied embeddings, d_k = d_v = d_model / h)")
-    marian = marian_model(cfg).to(next(model.parameters()).device)
+    marian = marian_model(cfg, model.vocab_size).to(next(model.parameters()).device)
     order = half_split_order(cfg.d_model).to(next(model.parameters()).device)
     ours = model.state_dict()
 
@@ -603,7 +585,7 @@ def lever_contender(options: BenchOptions, batches: list[dict[str, Any]], device
                     native_kernels: bool = True) -> Callable[[], dict[str, float]]:
     run = options.run_config()
     torch.manual_seed(options.seed)
-    model = Transformer(run.model).to(device).train()
+    model = Transformer(run.model, run.data.vocab_size, PAD_ID).to(device).train()
     forward_model = torch.compile(model, dynamic=True) if compiled else model
     optimizer, schedule = make_optimizer(model.parameters(), run, fused=fused_adam)
     step = plain_step(lambda b: forward_model(b["src"], b["tgt_in"]), optimizer, schedule, device, precision, run.train.eps_ls)
@@ -728,15 +710,15 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
 
     progress("training: ours (Lightning), bare loop, Marian, torch.nn.Transformer")
     torch.manual_seed(options.seed)
-    module = TranslationModule(run, bos_id=BOS_ID, eos_id=EOS_ID).to(device)
+    module = TranslationModule(run, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID).to(device)
     torch.manual_seed(options.seed)
-    bare = Transformer(cfg).to(device).train()
+    bare = Transformer(cfg, options.vocab_size, PAD_ID).to(device).train()
     bare_optimizer, bare_schedule = make_optimizer(bare.parameters(), run)
     torch.manual_seed(options.seed)
-    marian = marian_model(cfg).to(device).train()
+    marian = marian_model(cfg, options.vocab_size).to(device).train()
     marian_optimizer, marian_schedule = make_optimizer(marian.parameters(), run)
     torch.manual_seed(options.seed)
-    torch_tf = TorchTransformerModel(cfg).to(device).train()
+    torch_tf = TorchTransformerModel(cfg, options.vocab_size).to(device).train()
     torch_optimizer, torch_schedule = make_optimizer(torch_tf.parameters(), run)
     eps = run.train.eps_ls
     train_steps = {
@@ -763,7 +745,8 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     clock = options.clock
     train_rate = {name: timed_tokens / median_seconds(seconds, clock) for name, seconds in train_times.items()}
 
-    flops = sum(training_flops(cfg, tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches[1:])
+    flops = sum(step_flops(cfg, options.vocab_size, tuple(b["src"].shape), tuple(b["tgt_in"].shape))
+                for b in batches[1:])
     peak_flops = bf16_peak_flops(device, options.peak_tflops)
     achieved = {name: flops / median_seconds(seconds, clock) for name, seconds in train_times.items()}
 
@@ -772,7 +755,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     # outputs, one decoding step), whereas at initialisation hypotheses run to the length cap, so the decoders
     # are compared on full-length work. The same model for all three; outputs are compared.
     torch.manual_seed(options.seed)
-    model = Transformer(cfg).to(device).eval()
+    model = Transformer(cfg, options.vocab_size, PAD_ID).to(device).eval()
     hf = marian_from_ours(model)
     sources = decode_sources(data, options, device)
     probe = batches[0]

@@ -170,7 +170,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_average(args: argparse.Namespace) -> int:
     import torch
 
-    from lightning_modules.averaging import average_checkpoints, step_checkpoints
+    from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
 
     paths = step_checkpoints(args.checkpoints)[-args.last :]
     if not paths:

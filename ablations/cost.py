@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from lightning_modules.config import ModelConfig
-
 from .records import write_renderings
 
 if TYPE_CHECKING:
@@ -60,35 +58,6 @@ PAPER = {
 # --------------------------------------------------------------------------------------------------------------
 # The two ways of counting
 # --------------------------------------------------------------------------------------------------------------
-
-
-def multiply_adds_per_token(model: ModelConfig) -> tuple[int, int]:
-    """(per source token, per target token) multiply-adds of the weight matrices, from the model's own layers."""
-    import torch
-    from torch import nn
-
-    from lightning_modules.transformer import Transformer
-
-    with torch.device("meta"):
-        network = Transformer(model)
-    source = target = 0
-    for name, module in network.named_modules():
-        if not isinstance(module, nn.Linear):
-            continue
-        size = module.in_features * module.out_features
-        # Cross-attention keys and values are projections of the encoder's output: once per source token.
-        if name.startswith("encoder.") or (".cross_attn." in name and name.endswith(("k_proj", "v_proj"))):
-            source += size
-        else:
-            target += size
-    return source, target
-
-
-def counted_training_flops(model: ModelConfig, target_tokens: float, source_tokens: Optional[float] = None) -> float:
-    """3 × forward FLOPs: 2 FLOPs per multiply-add, forward once and backward (≈ 2 × forward) once per token."""
-    per_source, per_target = multiply_adds_per_token(model)
-    source_tokens = target_tokens if source_tokens is None else source_tokens
-    return 3 * 2 * (per_source * source_tokens + per_target * target_tokens)
 
 
 def paper_method_flops(seconds: float, devices: int, flops_per_second: float) -> float:
@@ -183,7 +152,10 @@ def run_paper_method(run: "RunRecord", sustained: Mapping[str, Mapping[str, Any]
 
 def run_counted(run: "RunRecord") -> Optional[float]:
     tokens = run.metrics.get("train_tokens")
-    return None if tokens is None else counted_training_flops(run.spec.config.model, float(tokens))
+    from lightning_modules.flops import training_flops  # torch, as before: only when a table counts
+
+    config = run.spec.config
+    return None if tokens is None else training_flops(config.model, config.data.vocab_size, float(tokens))
 
 
 def cost_row(result: "RowResult", sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:

@@ -327,16 +327,18 @@ def human(value: float, unit: str = "") -> str:
 
 
 def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
-    """(parameters, training tokens per side, approximate training FLOPs = 6 x parameters x tokens)."""
-    from .params import model_parameters
+    """(parameters, training tokens per side, training FLOPs as lightning_modules.flops counts them)."""
+    from lightning_modules.flops import parameter_count, training_flops
 
-    model = run.spec.config.model
-    if model not in cache:
-        cache[model] = model_parameters(model)
-    params = cache[model]
-    train = run.spec.config.train
-    tokens = train.max_steps * run.spec.config.data.batch_tokens * train.accumulate_grad_batches
-    return params, tokens, 6.0 * params * tokens
+    config = run.spec.config
+    train = config.train
+    tokens = train.max_steps * config.data.batch_tokens * train.accumulate_grad_batches
+    key = (config.model, config.data.vocab_size, tokens)
+    if key not in cache:
+        cache[key] = (parameter_count(config.model, config.data.vocab_size),
+                      training_flops(config.model, config.data.vocab_size, float(tokens)))
+    params, flops = cache[key]
+    return params, tokens, flops
 
 
 def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
@@ -362,7 +364,7 @@ def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
         table.add_row(run.spec.row, str(run.spec.seed), run.spec.run_id, status, human(params), human(tokens), f"{flops:.2e}")
     console.print(table)
     console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
-                  f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (6 × params × tokens)")
+                  f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (counted: 3 × forward)")
     if slots:
         slot = slots[0]
         gpus = sorted({s.gpu for s in slots if s.gpu is not None})

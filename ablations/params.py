@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
-import torch
-
-from lightning_modules.config import ModelConfig
-from lightning_modules.transformer import Transformer, count_parameters
+from lightning_modules.flops import parameter_count
 
 from .sweep import load_sweep, paper_units, resolve, scales_for
-
-
-def model_parameters(cfg: ModelConfig) -> int:
-    with torch.device("meta"):
-        return count_parameters(Transformer(cfg))
 
 
 def within_tolerance(params: int, paper_params_m: float) -> bool:
@@ -32,8 +23,8 @@ def parameter_table(sweep_path: str, vocab_size: int = 37000, scale: Optional[st
     rows = []
     for row in sweep.rows:
         config = resolve(sweep, row, scales[scale], 0) if scale else paper_units(sweep, row)
-        model = dataclasses.replace(config.model, vocab_size=vocab_size) if vocab_size else config.model
-        params = model_parameters(model)
+        model = config.model
+        params = parameter_count(model, vocab_size or config.data.vocab_size)
         paper = row.paper.params_m
         rows.append({
             "row": row.id,

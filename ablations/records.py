@@ -9,59 +9,19 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import yaml
 
+from lightning_modules.atomic import write_atomic, write_atomic_bytes  # noqa: F401 (also imported from here)
 from lightning_modules.config import RunConfig
 
 STATUSES = ("pending", "running", "done", "failed", "diverged")
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
 METRICS_LOCK = ".metrics.lock"
-
-
-def write_atomic_bytes(path: Path, data: bytes) -> None:
-    """Write data to path so that a crash, kill or full disk leaves the previous file intact.
-
-    A temporary file in the same folder (so the rename cannot cross file systems), flushed to disk before it is
-    renamed over the target; on any error (ENOSPC included) the temporary file is removed and the error raised.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (a power cut after it must not bring back the old file)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # not supported here (e.g. some network file systems): the rename is still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write text (UTF-8) to path so that a crash, kill or full disk leaves the previous file intact."""
-    write_atomic_bytes(path, text.encode("utf-8"))
 
 
 def write_renderings(stem: Path, value: Any, renderers: Any) -> list[Path]:

@@ -43,7 +43,7 @@ def canonical_key(key: str, where: str) -> str:
         return key
     if key == "seed":
         return "seed"
-    if key in _field_names("model") and key != "vocab_size":
+    if key in _field_names("model"):
         return f"model.{key}"
     owners = [s for s in SECTIONS if key in _field_names(s)]
     if owners:
@@ -82,9 +82,7 @@ def apply_sets(values: dict[str, Any], sets: Mapping[str, Any]) -> dict[str, Any
 
 
 def build_config(values: Mapping[str, Any], where: str) -> RunConfig:
-    """RunConfig from a dict, with model.vocab_size following data.vocab_size; errors say where."""
-    values = copy.deepcopy(dict(values))
-    values["model"]["vocab_size"] = values["data"]["vocab_size"]
+    """RunConfig from a dict; errors say where."""
     try:
         return RunConfig.from_dict(values)
     except ValueError as error:

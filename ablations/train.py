@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import traceback
-import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,9 +21,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from tqdm.auto import tqdm
 
-from lightning_modules.averaging import average_checkpoints, step_checkpoints
+from lightning_modules.checkpoints import average_checkpoints, resume_checkpoint, step_checkpoints
 from lightning_modules.config import RunConfig
-from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, dataset_directory, generated_corpus_dir
+from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TranslationDataModule
 from lightning_modules.module import TranslationModule
 
 from .records import read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
@@ -32,16 +31,6 @@ from .search import optuna_callbacks_from_env
 
 log = logging.getLogger("ablate")
 LOG_TAIL_LINES = 40
-
-
-def corpus_directory(config: RunConfig) -> Path:
-    """Where the run's corpus lies; the built-in corpus is generated there on first use."""
-    data = config.data
-    if data.dataset == "generated":
-        from .corpus import write_corpus
-
-        return write_corpus(generated_corpus_dir(data), train_pairs=data.generated_pairs, seed=data.generated_seed)
-    return dataset_directory(data)
 
 
 class StepProgress(pl.callbacks.ProgressBar):
@@ -174,49 +163,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         write_atomic_bytes(Path(path), buffer.getbuffer())
 
 
-def checkpoint_problem(path: Path) -> Optional[str]:
-    """None if `path` is a whole training checkpoint that loads safely; else what is wrong with it.
-
-    The zip archive's CRCs catch truncation and flipped bytes; loading with weights_only=True (memory-mapped, so
-    cheap) catches anything that is not plain tensors and containers.
-    """
-    try:
-        with zipfile.ZipFile(path) as archive:
-            damaged = archive.testzip()
-        if damaged is not None:
-            return f"checksum mismatch in {damaged}"
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as error:  # truncated, corrupted or unsafe files raise many types
-        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-    if not isinstance(state, dict) or not {"state_dict", "loops", "optimizer_states"} <= state.keys():
-        return "not a training checkpoint (no weights, loop or optimiser state)"
-    return None
-
-
-def resume_checkpoint(checkpoints: Path) -> tuple[Optional[Path], list[str]]:
-    """The checkpoint to resume from, and warnings about damaged ones.
-
-    `last.ckpt` if it is whole, else the newest whole `step-*.ckpt`, else None (train from scratch). Every damaged
-    checkpoint is renamed to `<name>.corrupt` (kept for inspection, never resumed from or averaged again).
-    """
-    candidates = [checkpoints / "last.ckpt", *reversed(step_checkpoints(checkpoints))]
-    chosen: Optional[Path] = None
-    warnings: list[str] = []
-    for path in candidates:
-        if not path.exists():
-            continue
-        problem = checkpoint_problem(path)
-        if problem is None:
-            chosen = chosen or path
-            continue
-        quarantined = path.with_name(path.name + ".corrupt")
-        os.replace(path, quarantined)
-        warnings.append(f"{path.name} is damaged ({problem}); moved to {quarantined.name}")
-    if warnings:
-        warnings.append(f"resuming from {chosen.name}" if chosen else "no whole checkpoint left: training from scratch")
-    return chosen, warnings
-
-
 def finish_wandb(failed: bool) -> None:
     """End this process's wandb run, if one was started: WandbLogger never does, so a second train_run in the same
     process (a notebook, a test) would log into the first run. A failed run is marked as such."""
@@ -263,12 +209,12 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
     try:
         pl.seed_everything(config.seed, workers=True, verbose=False)
         data = TranslationDataModule(
-            config.data, corpus_dir=corpus_directory(config), seed=config.seed, max_positions=config.model.max_positions,
+            config.data, seed=config.seed, max_positions=config.model.max_positions,
             eval_max_sentences=config.eval.batch_sentences,
         )
         data.prepare_data()
         data.setup("fit")
-        module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID)
+        module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
         checkpoints = run_dir / "checkpoints"
         train_cfg = config.train
         periodic = ModelCheckpoint(

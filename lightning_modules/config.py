@@ -13,13 +13,21 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
 
-POSITIONAL = ("sinusoidal", "learned", "rope", "none")
-NORM_PLACEMENT = ("post", "pre")
-NORM = ("layernorm", "rmsnorm")
-FFN = ("relu", "gelu", "swiglu")
-PRECISION = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
+# Every choice is a Literal; the tuples of its values (for checks and messages) are derived from it.
+Positional = Literal["sinusoidal", "learned", "rope", "none"]
+NormPlacement = Literal["post", "pre"]
+Norm = Literal["layernorm", "rmsnorm"]
+Ffn = Literal["relu", "gelu", "swiglu"]
+Dataset = Literal["generated", "multi30k", "wmt14-en-de", "dir"]
+Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
+POSITIONAL = typing.get_args(Positional)
+NORM_PLACEMENT = typing.get_args(NormPlacement)
+NORM = typing.get_args(Norm)
+FFN = typing.get_args(Ffn)
+DATASETS = typing.get_args(Dataset)
+PRECISION = typing.get_args(Precision)
 
 
 def _fail(owner: str, name: str, value: Any, expected: str) -> None:
@@ -66,9 +74,12 @@ def _floats_as_float(config: Any) -> None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The Transformer of section 3. Defaults are the paper's base model."""
+    """The Transformer of section 3. Defaults are the paper's base model.
 
-    vocab_size: int = 37000
+    The vocabulary is the data's: its size is data.vocab_size, its pad id the tokenizer's (data.PAD_ID); both are
+    passed to the Transformer by whoever builds it from a run (see RETIRED_FIELDS for the fields they once were).
+    """
+
     N: int = 6  # layers in the encoder and in the decoder
     d_model: int = 512
     d_ff: int = 2048
@@ -78,21 +89,20 @@ class ModelConfig:
     P_drop: float = 0.1  # residual dropout, also on embedding + position sums
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    positional: Literal["sinusoidal", "learned", "rope", "none"] = "sinusoidal"
-    norm_placement: Literal["post", "pre"] = "post"
+    positional: Positional = "sinusoidal"
+    norm_placement: NormPlacement = "post"
     max_positions: int = 1024
     tie_embeddings: bool = True  # source embedding = target embedding = pre-softmax projection
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
-    pad_id: int = 0
     # Beyond the paper, off by default.
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    ffn: Literal["relu", "gelu", "swiglu"] = "relu"
+    norm: Norm = "layernorm"
+    ffn: Ffn = "relu"
     kv_heads: Optional[int] = None  # grouped-query attention; default h (plain multi-head)
 
     def __post_init__(self) -> None:
         own = "model"
         _floats_as_float(self)
-        for name in ("vocab_size", "N", "d_model", "d_ff", "h", "max_positions"):
+        for name in ("N", "d_model", "d_ff", "h", "max_positions"):
             _check_positive(own, name, getattr(self, name))
         for name in ("d_k", "d_v", "kv_heads"):
             if getattr(self, name) is not None:
@@ -106,9 +116,6 @@ class ModelConfig:
         for name in ("tie_embeddings", "scale_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 _fail(own, name, getattr(self, name), "true or false")
-        _check_non_negative(own, "pad_id", self.pad_id)
-        if self.pad_id >= self.vocab_size:
-            _fail(own, "pad_id", self.pad_id, f"an id below vocab_size ({self.vocab_size})")
         if self.d_k is None and self.d_model % self.h:
             _fail(own, "d_k", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})")
         if self.d_v is None and self.d_model % self.h:
@@ -135,14 +142,14 @@ class ModelConfig:
 class DataConfig:
     """Which corpus, which splits, and how it is cut into word pieces and batches."""
 
-    dataset: Literal["generated", "multi30k", "wmt14-en-de", "dir"] = "generated"
+    dataset: Dataset = "generated"
     path: Optional[str] = None  # a corpus directory to read; the generated corpus never uses it (it lives in the cache)
     src_lang: str = "en"
     tgt_lang: str = "de"
     train_split: str = "train"
     dev_split: Optional[str] = None  # None: the first of valid, val, dev that exists
     test_split: Optional[str] = None  # None: test, or the dataset's named test set
-    vocab_size: int = 37000  # joint BPE vocabulary
+    vocab_size: int = 37000  # joint BPE vocabulary: the model's too (its embeddings and output projection)
     max_tokens: int = 256  # longer training pairs (in word pieces) are skipped and counted
     batch_tokens: int = 25000  # per side, per device, per step (the paper: ~25k source + 25k target)
     generated_pairs: int = 50000  # size of the built-in corpus' training split
@@ -153,7 +160,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         own = "data"
         _floats_as_float(self)
-        _check_choice(own, "dataset", self.dataset, ("generated", "multi30k", "wmt14-en-de", "dir"))
+        _check_choice(own, "dataset", self.dataset, DATASETS)
         if self.dataset in ("multi30k", "dir") and not self.path:
             _fail(own, "path", self.path, f"a corpus directory for dataset={self.dataset!r}")
         if self.dataset == "generated" and self.path:
@@ -187,7 +194,7 @@ class TrainConfig:
     eps_ls: float = 0.1  # label smoothing
     accumulate_grad_batches: int = 1
     gradient_clip: float = 0.0  # 0: off, as in the paper
-    precision: str = "32-true"
+    precision: Precision = "32-true"
     val_every_steps: int = 1000
     checkpoint_every_steps: int = 1000
     keep_checkpoints: int = 5
@@ -249,8 +256,6 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_non_negative("run", "seed", self.seed)
-        if self.model.vocab_size != self.data.vocab_size:
-            _fail("model", "vocab_size", self.model.vocab_size, f"equal to data.vocab_size ({self.data.vocab_size})")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -263,17 +268,57 @@ class RunConfig:
         """A short, stable hash of the resolved config: the same run gets the same id everywhere.
 
         Fields added after records were published enter the hash only when set away from their default, so
-        adding a knob does not rename every finished run."""
+        adding a knob does not rename every finished run; retired fields enter it at the one value they now have,
+        so removing one does not either."""
         values = self.to_dict()
         for section, name in FIELDS_ADDED_SINCE_RECORDS:
             if values[section][name] == getattr(SECTIONS[section](), name):
                 del values[section][name]
+        for (section, name), retired in RETIRED_FIELDS.items():
+            values[section][name] = retired.value(self)
         blob = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
 FIELDS_ADDED_SINCE_RECORDS = (("train", "cooldown_fraction"),)
+
+
+@dataclass(frozen=True)
+class RetiredField:
+    """A field the config held when records were published, now one fact stored elsewhere: `value` is the value
+    it always has (the run id still hashes it, so the records keep their ids), `why` says where it lives now."""
+
+    value: Callable[[RunConfig], Any]
+    why: str
+
+
+RETIRED_FIELDS = {
+    ("model", "vocab_size"): RetiredField(lambda run: run.data.vocab_size,
+                                          "the vocabulary is the data's: set data.vocab_size"),
+    # 0: the tokenizer's pad id (lightning_modules.data.PAD_ID; a test checks the two agree). The data always padded
+    # with it, so a record's model.pad_id could only ever mean this value.
+    ("model", "pad_id"): RetiredField(lambda run: 0, "the data pads with the tokenizer's pad id (0)"),
+}
+
+
+def _pop_retired(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """A RunConfig mapping without its retired fields, and those fields' values (an old record holds them)."""
+    kept = dict(values)
+    given: dict[tuple[str, str], Any] = {}
+    for section, name in RETIRED_FIELDS:
+        if isinstance(kept.get(section), Mapping) and name in kept[section]:
+            kept[section] = {key: value for key, value in kept[section].items() if key != name}
+            given[section, name] = values[section][name]
+    return kept, given
+
+
+def _check_retired(config: RunConfig, given: Mapping[tuple[str, str], Any]) -> None:
+    for (section, name), value in given.items():
+        retired = RETIRED_FIELDS[section, name]
+        expected = retired.value(config)
+        if isinstance(value, bool) or value != expected:
+            _fail(section, name, value, f"{expected!r} or no value: it is no longer a config field ({retired.why})")
 
 
 def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
@@ -312,6 +357,15 @@ def from_dict(cls: type, values: Mapping[str, Any], owner: str) -> Any:
     """Build a config dataclass from plain data, naming the unknown or ill-typed field."""
     if not isinstance(values, Mapping):
         raise ValueError(f"{owner}: expected a mapping of fields, got {type(values).__name__}")
+    if cls is RunConfig:
+        values, retired = _pop_retired(values)
+        config = _from_fields(cls, values, owner)
+        _check_retired(config, retired)
+        return config
+    return _from_fields(cls, values, owner)
+
+
+def _from_fields(cls: type, values: Mapping[str, Any], owner: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(values) - set(names), key=str)

@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import RunConfig, TrainConfig
+from .flops import count_parameters
 from .metrics import score_translations
-from .search import beam_search
-from .transformer import Transformer, count_parameters
+from .beam_search import beam_search
+from .transformer import Transformer
 
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -59,13 +60,14 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad_id: int)
 
 
 class TranslationModule(pl.LightningModule):
-    """Training and evaluation of one run. Expects a datamodule with `decode`, references and special ids."""
+    """Training and evaluation of one run. Expects a datamodule with `decode` and references; the special ids are
+    the data's (lightning_modules.data.BOS_ID, EOS_ID, PAD_ID), the vocabulary size data.vocab_size."""
 
-    def __init__(self, config: RunConfig, bos_id: int, eos_id: int):
+    def __init__(self, config: RunConfig, bos_id: int, eos_id: int, pad_id: int):
         super().__init__()
         self.config = config
-        self.bos_id, self.eos_id = bos_id, eos_id
-        self.model = Transformer(config.model)
+        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+        self.model = Transformer(config.model, config.data.vocab_size, pad_id)
         self.params = count_parameters(self.model)
         self.bleu_limit: Optional[int] = config.eval.dev_bleu_sentences  # None: the whole split
         self.results: dict[str, dict[str, Any]] = {}
@@ -80,7 +82,7 @@ class TranslationModule(pl.LightningModule):
     # --- training -------------------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         logits = self.model(batch["src"], batch["tgt_in"])
-        loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.config.model.pad_id)
+        loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.pad_id)
         n_tokens = batch["n_tgt_tokens"]
         loss = loss_sum / n_tokens
         if self._not_finite(loss):
@@ -146,7 +148,7 @@ class TranslationModule(pl.LightningModule):
 
     def _eval_step(self, batch: dict[str, Any], limit: Optional[int]) -> None:
         logits = self.model(batch["src"], batch["tgt_in"])
-        loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.config.model.pad_id)
+        loss_sum, nll_sum = label_smoothed_loss(logits, batch["tgt_out"], self.config.train.eps_ls, self.pad_id)
         self._sums["loss"] += loss_sum
         self._sums["nll"] += nll_sum
         self._sums["tokens"] += batch["n_tgt_tokens"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import pathlib
 import re
@@ -22,6 +24,7 @@ from lightning_modules.config import (
     NORM_PLACEMENT,
     POSITIONAL,
     PRECISION,
+    RETIRED_FIELDS,
     DataConfig,
     EvalConfig,
     ModelConfig,
@@ -53,7 +56,7 @@ def test_defaults_are_the_paper_base_model():
     cfg = ModelConfig()
     assert (cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.head_dim_k, cfg.head_dim_v) == (6, 512, 2048, 8, 64, 64)
     assert (cfg.P_drop, cfg.positional, cfg.norm_placement, cfg.norm, cfg.ffn) == (0.1, "sinusoidal", "post", "layernorm", "relu")
-    assert cfg.tie_embeddings and cfg.scale_embeddings and cfg.n_kv_heads == 8 and cfg.vocab_size == 37000
+    assert cfg.tie_embeddings and cfg.scale_embeddings and cfg.n_kv_heads == 8 and DataConfig().vocab_size == 37000
 
 
 def test_unknown_positional_lists_the_valid_ones():
@@ -92,7 +95,7 @@ def test_dropout_inside_zero_one_accepted(field):
         assert getattr(ModelConfig(**{field: value}), field) == value
 
 
-@pytest.mark.parametrize("field", ["vocab_size", "N", "d_model", "d_ff", "h", "max_positions", "d_k", "d_v", "kv_heads"])
+@pytest.mark.parametrize("field", ["N", "d_model", "d_ff", "h", "max_positions", "d_k", "d_v", "kv_heads"])
 @pytest.mark.parametrize("value", [0, -1, 2.0, "8", True, False])
 def test_positive_integers(field, value):
     with raises_for(f"model.{field}", "positive integer"):
@@ -137,17 +140,18 @@ def test_booleans_must_be_booleans(field, value):
 
 
 def test_booleans_where_ints_expected():
-    for field in ("N", "d_model", "h", "vocab_size", "pad_id", "d_k", "kv_heads"):
+    for field in ("N", "d_model", "h", "d_k", "kv_heads"):
         with raises_for(f"model.{field}"):
             ModelConfig(**{field: True})
 
 
-def test_pad_id_must_be_a_vocabulary_id():
-    with raises_for("model.pad_id", "vocab_size (100)"):
-        ModelConfig(vocab_size=100, pad_id=100)
-    with raises_for("model.pad_id", "non-negative"):
-        ModelConfig(pad_id=-1)
-    assert ModelConfig(vocab_size=100, pad_id=99).pad_id == 99
+def test_the_choice_tuples_are_the_literals_values():
+    hints = typing.get_type_hints(ModelConfig)
+    assert POSITIONAL == typing.get_args(hints["positional"]) == ("sinusoidal", "learned", "rope", "none")
+    assert (NORM_PLACEMENT, NORM, FFN) == tuple(typing.get_args(hints[n]) for n in ("norm_placement", "norm", "ffn"))
+    assert PRECISION == typing.get_args(typing.get_type_hints(TrainConfig)["precision"])
+    assert "bf16-mixed" in PRECISION
+    assert DataConfig().dataset in typing.get_args(typing.get_type_hints(DataConfig)["dataset"])
 
 
 def test_configs_are_frozen():
@@ -193,17 +197,49 @@ def test_from_dict_checks_types_and_accepts_ints_for_floats():
     assert RunConfig.from_dict({"model": {"d_k": None}}).model.d_k is None
 
 
-def test_model_and_data_vocabularies_must_agree():
-    with raises_for("model.vocab_size", "data.vocab_size (37000)"):
-        RunConfig(model=ModelConfig(vocab_size=1000))
-    cfg = RunConfig.from_dict({"model": {"vocab_size": 1000}, "data": {"vocab_size": 1000}})
-    assert cfg.model.vocab_size == cfg.data.vocab_size == 1000
+def test_the_vocabulary_and_the_pad_id_are_the_datas():
+    # model.vocab_size and model.pad_id are retired: the data holds the vocabulary size, the tokenizer the pad id.
+    assert "vocab_size" not in MODEL_FIELDS and "pad_id" not in MODEL_FIELDS
+    with pytest.raises(TypeError):
+        ModelConfig(vocab_size=1000)  # type: ignore[call-arg]
+    with raises_for("model.vocab_size", "unknown field"):  # only a whole run's record may hold a retired field
+        from_dict(ModelConfig, {"vocab_size": 1000}, "model")
+    # An old record holds them at the one value they could have: it is read, and keeps its run id.
+    old = RunConfig.from_dict({"model": {"vocab_size": 1000, "pad_id": 0}, "data": {"vocab_size": 1000}})
+    assert old == RunConfig.from_dict({"data": {"vocab_size": 1000}}) and old.data.vocab_size == 1000
+    assert "vocab_size" not in old.to_dict()["model"] and "pad_id" not in old.to_dict()["model"]
+    # Any other value is an error naming the field and where the fact lives now.
+    with raises_for("model.vocab_size", "1000", "data.vocab_size"):
+        RunConfig.from_dict({"model": {"vocab_size": 1000}})  # data.vocab_size is 37000
+    with raises_for("model.pad_id", "0 or no value", "pad id"):
+        RunConfig.from_dict({"model": {"pad_id": 1}})
+    with raises_for("model.pad_id"):
+        RunConfig.from_dict({"model": {"pad_id": False}})
+    with raises_for("model.d_modle", "unknown field"):  # the other fields are still checked
+        RunConfig.from_dict({"model": {"pad_id": 0, "d_modle": 512}})
+
+
+def test_the_retired_pad_id_is_the_tokenizers():
+    from lightning_modules.data import PAD_ID
+
+    assert RETIRED_FIELDS["model", "pad_id"].value(RunConfig()) == PAD_ID
+    assert RETIRED_FIELDS["model", "vocab_size"].value(RunConfig(data=DataConfig(vocab_size=8000))) == 8000
+
+
+def test_a_retired_field_is_hashed_at_its_value():
+    # What the run id of a config saved before the fields retired hashed: the same dict, the two fields included.
+    config = RunConfig(data=DataConfig(vocab_size=2000), seed=3)
+    values = config.to_dict()
+    values["model"] = {**values["model"], "vocab_size": 2000, "pad_id": 0}
+    del values["train"]["cooldown_fraction"]  # added since: hashed only away from its default
+    blob = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    assert config.run_id() == hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def test_round_trip():
     assert RunConfig.from_dict(RunConfig().to_dict()) == RunConfig()
     custom = RunConfig(
-        model=ModelConfig(vocab_size=8000, h=8, d_k=16, d_v=64, positional="rope", kv_heads=2, norm="rmsnorm"),
+        model=ModelConfig(h=8, d_k=16, d_v=64, positional="rope", kv_heads=2, norm="rmsnorm"),
         data=DataConfig(dataset="multi30k", path="/data/m30k", vocab_size=8000),
         train=TrainConfig(max_minutes=30.0, precision="bf16-mixed"),
         eval=EvalConfig(average_last=5, dev_bleu_sentences=200),
@@ -250,8 +286,6 @@ def _alternatives(cls, name: str, value):
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is typing.Literal:
         return [c for c in args if c != value]
-    if name == "precision":
-        return [p for p in PRECISION if p != value]
     if value is None:
         inner = args[0]
         return {int: [32, 4, 10], float: [5.0], str: ["valid", "x"]}[inner]
@@ -276,11 +310,7 @@ def _every_single_field_change():
                     # a path is a corpus to read, so it comes with dataset dir
                     extra = {"dataset": "dir"} if (section, f.name) == ("data", "path") else {}
                     changed = dataclasses.replace(cfg, **{f.name: alt}, **extra)
-                    if f.name == "vocab_size":  # the two vocabularies must agree
-                        other = "data" if section == "model" else "model"
-                        new = dataclasses.replace(base, **{section: changed, other: dataclasses.replace(getattr(base, other), vocab_size=alt)})
-                    else:
-                        new = dataclasses.replace(base, **{section: changed})
+                    new = dataclasses.replace(base, **{section: changed})
                 except ValueError:
                     continue
                 yield f"{section}.{f.name}", new
@@ -299,9 +329,6 @@ def test_run_id_changes_when_any_field_changes():
     for where, cfg in changes:
         assert cfg != base, where
         rid = cfg.run_id()
-        if where == "data.vocab_size":  # changes model.vocab_size with it: the same config as that change
-            assert seen.get(rid) == "model.vocab_size"
-            continue
         assert rid not in seen, f"{where} does not change the run id (same as {seen.get(rid)})"
         seen[rid] = where
         assert RunConfig.from_dict(cfg.to_dict()) == cfg, where
@@ -396,7 +423,6 @@ ANY_VALUE = st.one_of(
     st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
 )
 VALID = {  # mostly-valid values, so that the fuzz builds configs as well as rejecting them
-    "vocab_size": st.integers(1, 50000),
     "N": st.integers(1, 8),
     "d_model": st.sampled_from([8, 12, 16, 512]),
     "d_ff": st.integers(1, 4096),
@@ -411,7 +437,6 @@ VALID = {  # mostly-valid values, so that the fuzz builds configs as well as rej
     "max_positions": st.integers(1, 4096),
     "tie_embeddings": st.booleans(),
     "scale_embeddings": st.booleans(),
-    "pad_id": st.integers(0, 5),
     "norm": st.sampled_from(NORM),
     "ffn": st.sampled_from(FFN),
     "kv_heads": st.one_of(st.none(), st.sampled_from([1, 2, 4])),
@@ -455,7 +480,6 @@ def test_fuzz_model_direct_construction(values):
 @FUZZ
 @given(MODEL_DICTS)
 def test_fuzz_run_from_dict(values):
-    # Through RunConfig the vocabularies must also agree; that failure names model.vocab_size.
     _assert_builds_or_names_a_field(lambda v: RunConfig.from_dict({"model": v}), values)
 
 

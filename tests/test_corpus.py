@@ -8,8 +8,8 @@ import re
 import time
 import pytest
 
-from ablations import corpus as C
-from ablations.corpus import generate_pairs, write_corpus
+from lightning_modules.data import generated as C
+from lightning_modules.data.generated import generate_pairs, write_corpus
 
 N = 4000  # pairs for the statistical checks (~0.1 s)
 

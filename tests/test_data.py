@@ -10,6 +10,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import numpy as np
 import pytest
+import sentencepiece as spm
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ import lightning_modules.data as data
 from lightning_modules.config import DataConfig
 from lightning_modules.data import (
     BOS_ID, EOS_ID, PAD_ID, UNK_ID, CorpusError, TokenBudgetBatchSampler, TranslationDataModule, check_corpus,
-    dataset_directory, load_or_train_tokenizer, resolve_splits,
+    dataset_directory, generated_corpus_dir, load_or_train_tokenizer, resolve_splits,
 )
 
 MULTI30K = Path("/work/shared/data/multi30k")
@@ -152,7 +153,7 @@ def test_tokenizer_ids_cache_and_round_trip(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("retrained although cached")
 
-    monkeypatch.setattr(data.spm.SentencePieceTrainer, "train", no_training)
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
     again = load_or_train_tokenizer(files, 64, tmp_path / "cache")
     assert again.encode("the cat sat") == sp.encode("the cat sat")
     assert not list((tmp_path / "cache" / "tokenizers").glob(".tmp-*"))
@@ -272,7 +273,7 @@ def test_datamodule_end_to_end(tmp_path):
     b = dev[0]
     assert dm.decode(b["tgt_out"][0]) == dm.dev_references[int(b["index"][0])]
     assert dm.decode([BOS_ID] + dm.encode("the cat") + [EOS_ID, 17, PAD_ID]) == "the cat"
-    assert len(dm.test_references) == len(dm.test_sources) == 25
+    assert len(dm.test_references) == len(dm.texts("test")[0]) == 25 and dm.texts("test")[1] == dm.test_references
     assert sorted(int(i) for b in dm.test_dataloader() for i in b["index"]) == list(range(25))
 
     started = time.perf_counter()  # everything cached now: a new module starts at once
@@ -351,8 +352,8 @@ def test_wmt14_offline_message_lists_files(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise SystemExit(1)  # what sacreBLEU does when a download fails
 
-    monkeypatch.setattr(data, "_fetch_sacrebleu", offline)
-    monkeypatch.setattr(data, "_fetch_hf_train", offline)
+    monkeypatch.setattr(data.datasets, "_fetch_sacrebleu", offline)
+    monkeypatch.setattr(data.datasets, "_fetch_hf_train", offline)
     target.mkdir()
     for lang in ("en", "de"):
         write(target / f"newstest2013.{lang}", ["a"])
@@ -370,8 +371,14 @@ def test_wmt14_offline_message_lists_files(tmp_path, monkeypatch):
 def test_named_dataset_directories(tmp_path):
     root = make_corpus(tmp_path / "c")
     assert dataset_directory(DataConfig(dataset="multi30k", path=str(root))) == root
-    with pytest.raises(CorpusError, match="generated corpus is not in"):
-        dataset_directory(DataConfig(dataset="generated", cache_dir=str(tmp_path / "empty")))
+    generated = DataConfig(dataset="generated", generated_pairs=40, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(CorpusError, match="generated corpus is not in"):  # download=False only looks
+        dataset_directory(generated, download=False)
+    assert not (tmp_path / "cache").exists()
+    written = dataset_directory(generated)  # generated into the cache on first use
+    assert written == generated_corpus_dir(generated) and written.parent.parent == tmp_path / "cache"
+    assert len((written / "train.en").read_text().splitlines()) == 40
+    assert dataset_directory(generated, download=False) == written
     with pytest.raises(ValueError, match="data.path .* no path for dataset='generated'"):
         DataConfig(dataset="generated", path=str(root))
     with pytest.raises(CorpusError, match="does not exist"):

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from ablations import cli, launch, sync
-from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics, update_metrics
+from lightning_modules.data.generated import write_corpus
 from test_sweep import folders, sweep_args, write_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -247,10 +247,9 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
 
     # precondition of the exact comparison: an even number of batches, so world size 2 splits none
     from ablations.sweep import apply_overrides, build_config
-    from ablations.train import corpus_directory
 
     config = build_config(apply_overrides(run.spec.config.to_dict(), {"data.batch_tokens": budget}, "test"), "test")
-    data = TranslationDataModule(config.data, corpus_dir=corpus_directory(config), seed=config.seed, max_positions=config.model.max_positions)
+    data = TranslationDataModule(config.data, seed=config.seed, max_positions=config.model.max_positions)
     data.prepare_data()
     data.setup("fit")
     one = data.train_sampler(0, 1)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ablations.cost import PAPER, SUSTAINED_FILE, counted_training_flops, multiply_adds_per_token, paper_method_flops
+from ablations.cost import PAPER, SUSTAINED_FILE, paper_method_flops
 from ablations.plots import pyplot, read_curves, draw_delta_bleu
 from ablations.records import write_atomic
 from ablations.tables import build_table, write_outputs
-from lightning_modules.config import ModelConfig
 from test_tables import BAD, GOOD, done, write_project, write_run
 
 SWEEP = """\
@@ -108,17 +107,6 @@ def test_the_papers_method_gives_the_papers_figures():
         assert paper_method_flops(paper.seconds, paper.devices, 9.5e12) == pytest.approx(paper.cost, rel=0.01), row
     with pytest.raises(ValueError, match="devices = 0"):
         paper_method_flops(10.0, 0, 1e9)
-
-
-def test_counted_flops_worked_example():
-    # N=1, d_model 4, d_ff 8, one head of 4, vocabulary 10. Per source token: encoder self-attention 4·(4·4) and
-    # feed-forward 4·8 + 8·4, plus the decoder's cross-attention keys and values 2·(4·4): 128 + 32 = 160
-    # multiply-adds. Per target token: self-attention 64, cross-attention queries and output 32, feed-forward 64,
-    # output projection 4·10: 200. Training on 100 target (and 100 source) tokens: 3 · 2 · 360 · 100.
-    model = ModelConfig(vocab_size=10, N=1, d_model=4, d_ff=8, h=1, d_k=4, d_v=4, max_positions=16)
-    assert multiply_adds_per_token(model) == (160, 200)
-    assert counted_training_flops(model, 100) == 216_000
-    assert counted_training_flops(model, 100, source_tokens=50) == 3 * 2 * (160 * 50 + 200 * 100)
 
 
 def test_table2_columns_from_records(project):

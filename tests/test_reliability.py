@@ -35,12 +35,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ablations import cli, launch
-from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics, update_metrics, write_config
-from ablations.train import checkpoint_problem, train_run
-from lightning_modules.averaging import step_checkpoints
+from ablations.train import train_run
+from lightning_modules.checkpoints import checkpoint_problem, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import CorpusError, check_corpus, resolve_splits
+from lightning_modules.data.generated import write_corpus
 from test_sweep import FAKE_TRAIN, folders, sweep_args, write_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -90,7 +90,7 @@ def cache(tmp_path_factory) -> Path:
 def run_config(corpus: Path, cache: Path, **train) -> RunConfig:
     """A run of seconds: P_drop 0.1 (so dropout's RNG matters), a checkpoint every 4 steps, validation every 5,
     short decoding (an untrained model's hypotheses run to the length limit)."""
-    model = ModelConfig(vocab_size=96, N=1, d_model=32, d_ff=64, h=4, max_positions=128)
+    model = ModelConfig(N=1, d_model=32, d_ff=64, h=4, max_positions=128)
     data = DataConfig(dataset="dir", path=str(corpus), vocab_size=96, batch_tokens=512, max_tokens=64, cache_dir=str(cache))
     values = dict(max_steps=12, warmup_steps=4, val_every_steps=5, checkpoint_every_steps=4, keep_checkpoints=3) | train
     evaluation = EvalConfig(beam_size=2, max_len_offset=10, dev_bleu_sentences=4, average_last=1)

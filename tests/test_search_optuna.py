@@ -24,9 +24,9 @@ import yaml
 from optuna.trial import TrialState
 
 from ablations import search as S
-from ablations.corpus import write_corpus
 from ablations.records import read_metrics
 from ablations.sweep import load_sweep, resolve, scales_for
+from lightning_modules.data.generated import write_corpus
 from test_sweep import write_sweep as write_test_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")

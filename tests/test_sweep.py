@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from ablations import cli, launch
-from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics, update_metrics
 from ablations.sweep import expand, load_sweep, scales_for
+from lightning_modules.data.generated import write_corpus
+from lightning_modules.flops import parameter_count, training_flops
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +192,10 @@ def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
         assert spec.spec.run_id in text
     assert "done" in text and "running" in text and "stale" in text and "pending" in text
     params, tokens, flops = launch.estimates(specs[0], {})
-    assert tokens == 5 * 512 and flops == 6 * params * tokens and f"{flops:.2e}" in text
+    config = specs[0].spec.config
+    assert params == parameter_count(config.model, config.data.vocab_size)
+    assert tokens == 5 * 512 and flops == training_flops(config.model, config.data.vocab_size, tokens)
+    assert f"{flops:.2e}" in text
     assert sorted(p.name for p in (out / "test" / "test").iterdir()) == sorted(s.dir.name for s in specs[:3])
     assert not any((s.dir / "config.yaml").exists() for s in specs)  # nothing trained, nothing written
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics
 from ablations.train import code_commit, train_run
-from lightning_modules.averaging import average_checkpoints, step_checkpoints
+from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
+from lightning_modules.data.generated import write_corpus
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss, learning_rate
-from lightning_modules.search import greedy_search
+from lightning_modules.beam_search import greedy_search
 from lightning_modules.transformer import Transformer
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -60,7 +60,7 @@ def test_schedule_equals_the_papers_formula():
 
 def test_the_optimizer_follows_the_schedule_step_by_step():
     config = tiny_run_config(train=TrainConfig(max_steps=10, warmup_steps=4, lr_scale=0.5))
-    module = TranslationModule(config, bos_id=2, eos_id=3)
+    module = TranslationModule(config, bos_id=2, eos_id=3, pad_id=0)
     setup = module.configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]["scheduler"]
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
@@ -104,11 +104,11 @@ def test_smoothed_loss_equals_a_direct_computation():
     assert loss.item() == pytest.approx(torch_loss.item(), rel=1e-5)
 
 
-def small_model(**overrides) -> Transformer:
+def small_model(vocab_size: int = 16, **overrides) -> Transformer:
     torch.manual_seed(0)
-    cfg = dict(vocab_size=16, N=2, d_model=32, d_ff=64, h=4, P_drop=0.0, max_positions=64)
+    cfg = dict(N=2, d_model=32, d_ff=64, h=4, P_drop=0.0, max_positions=64)
     cfg.update(overrides)
-    return Transformer(ModelConfig(**cfg))
+    return Transformer(ModelConfig(**cfg), vocab_size, 0)
 
 
 def test_one_batch_fit():
@@ -167,7 +167,7 @@ def test_averaging_rejects_a_corrupted_checkpoint(tmp_path):
 
 
 def tiny_run_config(corpus: str = "/nonexistent", cache: str = "/tmp", **sections) -> RunConfig:
-    model = ModelConfig(vocab_size=96, N=1, d_model=32, d_ff=64, h=4, max_positions=128)
+    model = ModelConfig(N=1, d_model=32, d_ff=64, h=4, max_positions=128)
     data = DataConfig(dataset="dir", path=corpus, vocab_size=96, batch_tokens=512, max_tokens=64, cache_dir=cache)
     train = TrainConfig(max_steps=6, warmup_steps=2, val_every_steps=3, checkpoint_every_steps=3, keep_checkpoints=2)
     evaluation = EvalConfig(dev_bleu_sentences=8, average_last=2)

@@ -12,17 +12,17 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_modules import decoding_cache, native, transformer
+from lightning_modules.beam_search import beam_search
 from lightning_modules.config import FFN, NORM, NORM_PLACEMENT, POSITIONAL, ModelConfig
+from lightning_modules.decoding_cache import DecoderCache
 from lightning_modules.positional import apply_rope, rope_tables, sinusoids
-from lightning_modules.search import beam_search
-from lightning_modules import native, transformer
+from lightning_modules.flops import count_parameters
 from lightning_modules.transformer import (
-    DecoderCache,
     explicit_attention,
     MultiHeadAttention,
     Residual,
     Transformer,
-    count_parameters,
 )
 
 PAD = 0
@@ -30,14 +30,14 @@ VOCAB = 23
 
 
 def tiny(**overrides) -> ModelConfig:
-    values = dict(vocab_size=VOCAB, N=2, d_model=16, d_ff=24, h=4, P_drop=0.0, max_positions=32, pad_id=PAD)
+    values = dict(N=2, d_model=16, d_ff=24, h=4, P_drop=0.0, max_positions=32)
     values.update(overrides)
     return ModelConfig(**values)
 
 
 def build(seed: int = 0, **overrides) -> Transformer:
     torch.manual_seed(seed)
-    model = Transformer(tiny(**overrides)).double().eval()
+    model = Transformer(tiny(**overrides), VOCAB, PAD).double().eval()
     return model
 
 
@@ -419,16 +419,16 @@ def test_search_keeps_its_cache_buffers_for_the_next_search_in_eval_mode():
     model = build(kv_heads=2).float()
     src = ragged_src(seed=5)
     first = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
-    kept = transformer._spare_buffers[model]
+    kept = decoding_cache.spare_buffers[model]
     assert len(kept) == 2 * model.cfg.N
     addresses = sorted(buffer.data_ptr() for buffer in kept)
     second = beam_search(model, src, 1, 2, beam_size=4, max_len=12, return_scores=True)
     assert second[0] == first[0] and torch.equal(second[1], first[1])
-    assert sorted(buffer.data_ptr() for buffer in transformer._spare_buffers[model]) == addresses
+    assert sorted(buffer.data_ptr() for buffer in decoding_cache.spare_buffers[model]) == addresses
     model.train()
-    assert model not in transformer._spare_buffers
+    assert model not in decoding_cache.spare_buffers
     beam_search(model, src, 1, 2, beam_size=4, max_len=12)  # searched in training mode: nothing kept
-    assert model.training and model not in transformer._spare_buffers
+    assert model.training and model not in decoding_cache.spare_buffers
 
 
 def test_kernel_builds_in_a_temporary_directory_when_the_cache_is_not_writable(monkeypatch, tmp_path, native_kernels):
@@ -523,9 +523,11 @@ def test_sinusoids_follow_the_paper_formula_interleaved(d_model):
 
 
 def test_model_adds_the_sinusoid_table():
-    model = Transformer(tiny(max_positions=20))
-    assert torch.equal(model.sinusoids, sinusoids(20, 16))
-    assert model.sinusoids[5, 3].item() == pytest.approx(paper_pe(5, 3, 16), abs=1e-6)
+    model = Transformer(tiny(max_positions=20), VOCAB, PAD)
+    table = model.src_positions.table
+    assert model.tgt_positions is model.src_positions  # one table for both sides
+    assert torch.equal(table, sinusoids(20, 16))
+    assert table[5, 3].item() == pytest.approx(paper_pe(5, 3, 16), abs=1e-6)
 
 
 def test_rope_score_depends_only_on_the_offset():
@@ -575,8 +577,7 @@ def test_rope_model_encoder_is_invariant_to_a_position_shift():
     src = tokens(2, 5, seed=13)
     with torch.no_grad():
         memory, _ = model.encode(src)
-        model._rope = lambda offset, length: (model.rope_cos[offset + 7 : offset + 7 + length],
-                                              model.rope_sin[offset + 7 : offset + 7 + length])
+        model.rope.cos, model.rope.sin = model.rope.cos[7:], model.rope.sin[7:]  # every position shifted by 7
         shifted, _ = model.encode(src)
     assert torch.allclose(shifted, memory, atol=1e-5)
 
@@ -595,7 +596,7 @@ def test_forward_backward_every_variant(positional, norm_placement, norm, ffn, k
     torch.manual_seed(0)
     cfg = tiny(positional=positional, norm_placement=norm_placement, norm=norm, ffn=ffn, kv_heads=kv_heads,
                P_drop=0.1, attention_dropout=0.1, activation_dropout=0.1, N=1)
-    model = Transformer(cfg).train()
+    model = Transformer(cfg, VOCAB, PAD).train()
     src, tgt = ragged_src(), tokens(3, 5)
     logits = model(src, tgt)
     assert logits.shape == (3, 5, VOCAB) and torch.isfinite(logits).all()
@@ -626,13 +627,22 @@ def test_gradients_reach_both_untied_embeddings_through_the_stacks():
 
 def test_embeddings_are_tied_by_default_and_untied_on_request():
     assert ModelConfig().tie_embeddings
-    tied = Transformer(tiny())
+    tied = Transformer(tiny(), VOCAB, PAD)
     assert tied.src_embed.weight is tied.tgt_embed.weight is tied.out_proj.weight
-    untied = Transformer(tiny(tie_embeddings=False))
+    untied = Transformer(tiny(tie_embeddings=False), VOCAB, PAD)
     w = [untied.src_embed.weight, untied.tgt_embed.weight, untied.out_proj.weight]
     assert len({id(t) for t in w}) == 3 and len({t.data_ptr() for t in w}) == 3
     assert count_parameters(untied) - count_parameters(tied) == 2 * VOCAB * 16
     assert tied.src_embed.weight[PAD].abs().sum() == 0  # pad row starts at zero
+
+
+def test_the_pad_id_is_the_one_the_data_gives():
+    model = Transformer(tiny(), VOCAB, 5)
+    assert model.pad_id == 5 and model.src_embed.padding_idx == 5 and model.src_embed.weight[5].abs().sum() == 0
+    _, mask = model.encode(torch.tensor([[1, 2, 5, 5], [3, 4, 6, 7]]))
+    assert mask[:, 0, 0].tolist() == [[True, True, False, False], [True, True, True, True]]
+    out = beam_search(model.eval(), torch.tensor([[1, 2, 5, 5]]), 2, 3, 2, 0.6, 3)
+    assert 5 not in out[0]  # never generated
 
 
 @pytest.mark.parametrize("scale", [True, False])
@@ -648,7 +658,7 @@ def test_encoder_input_is_scaled_embedding_plus_sinusoids(scale):
     factor = math.sqrt(16) if scale else 1.0
     assert torch.allclose(seen["x"], model.src_embed.weight[src] * factor + pe, atol=1e-6)
     assert torch.allclose(seen["y"], model.tgt_embed.weight[src[:, :3]] * factor + pe[:3], atol=1e-6)
-    assert torch.allclose(model._embed(src, model.src_embed, None, 0), seen["x"], atol=0)
+    assert torch.allclose(model._embed(src, model.src_embed, model.src_positions, 0), seen["x"], atol=0)
 
 
 def test_learned_positions_are_added_per_side():
@@ -673,7 +683,7 @@ def test_positions_beyond_max_positions_are_rejected():
 # --------------------------------------------------------------------------------------------------
 
 
-def expected_parameters(cfg: ModelConfig) -> int:
+def expected_parameters(cfg: ModelConfig, vocab_size: int = VOCAB) -> int:
     """Hand count: embeddings + per layer attention projections (with biases) + FFN + norms."""
     D, F, h, g, dk, dv = cfg.d_model, cfg.d_ff, cfg.h, cfg.n_kv_heads, cfg.head_dim_k, cfg.head_dim_v
     attention = (D * h * dk + h * dk) + (D * g * dk + g * dk) + (D * g * dv + g * dv) + (h * dv * D + D)
@@ -682,7 +692,7 @@ def expected_parameters(cfg: ModelConfig) -> int:
     norm = D if cfg.norm == "rmsnorm" else 2 * D
     encoder = cfg.N * (attention + ffn + 2 * norm)
     decoder = cfg.N * (2 * attention + ffn + 3 * norm)
-    embeddings = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 3)
+    embeddings = vocab_size * D * (1 if cfg.tie_embeddings else 3)
     positions = 2 * cfg.max_positions * D if cfg.positional == "learned" else 0
     final_norms = 2 * norm if cfg.norm_placement == "pre" else 0
     return embeddings + encoder + decoder + positions + final_norms
@@ -690,9 +700,9 @@ def expected_parameters(cfg: ModelConfig) -> int:
 
 def test_base_model_counts_about_63_1_million():
     with torch.device("meta"):
-        model = Transformer(ModelConfig(vocab_size=37000))
+        model = Transformer(ModelConfig(), 37000, PAD)
     n = count_parameters(model)
-    assert n == expected_parameters(ModelConfig()) == 63_082_496
+    assert n == expected_parameters(ModelConfig(), 37000) == 63_082_496
     assert n / 1e6 == pytest.approx(63.1, abs=0.05)  # the paper prints 65 (see reference/paper.md)
 
 
@@ -710,10 +720,10 @@ def test_table3_parameter_counts_match_the_paper_with_its_effective_vocabulary()
     # the printed counts fit an effective vocabulary near 41k for the base family and 36k for "big".
     for row, (N, D, F, h, dk, dv, paper) in TABLE3.items():
         for vocab, tol in ((37000, 4.5), (36000 if row == "big" else 41000, 0.6)):
-            cfg = ModelConfig(vocab_size=vocab, N=N, d_model=D, d_ff=F, h=h, d_k=dk, d_v=dv)
+            cfg = ModelConfig(N=N, d_model=D, d_ff=F, h=h, d_k=dk, d_v=dv)
             with torch.device("meta"):
-                n = count_parameters(Transformer(cfg))
-            assert n == expected_parameters(cfg), row
+                n = count_parameters(Transformer(cfg, vocab, PAD))
+            assert n == expected_parameters(cfg, vocab), row
             assert abs(n / 1e6 - paper) <= tol, (row, vocab, n)
 
 
@@ -724,7 +734,7 @@ def test_small_config_exact_hand_count():
     ffn = (16 * 24 + 24) + (24 * 16 + 16)
     layer_norm = 2 * 16
     total = 23 * 16 + 2 * (attention + ffn + 2 * layer_norm) + 2 * (2 * attention + ffn + 3 * layer_norm)
-    assert count_parameters(Transformer(cfg)) == total == 11288
+    assert count_parameters(Transformer(cfg, VOCAB, PAD)) == total == 11288
 
 
 @pytest.mark.parametrize(
@@ -747,27 +757,27 @@ def test_small_config_exact_hand_count():
 )
 def test_parameter_count_formula(overrides):
     cfg = tiny(**overrides)
-    assert count_parameters(Transformer(cfg)) == expected_parameters(cfg)
+    assert count_parameters(Transformer(cfg, VOCAB, PAD)) == expected_parameters(cfg)
 
 
 def test_post_norm_is_default_and_pre_norm_adds_final_norms():
     assert ModelConfig().norm_placement == "post"
-    post = Transformer(tiny())
+    post = Transformer(tiny(), VOCAB, PAD)
     assert isinstance(post.encoder_norm, nn.Identity) and isinstance(post.decoder_norm, nn.Identity)
-    pre = Transformer(tiny(norm_placement="pre"))
+    pre = Transformer(tiny(norm_placement="pre"), VOCAB, PAD)
     assert isinstance(pre.encoder_norm, nn.LayerNorm) and isinstance(pre.decoder_norm, nn.LayerNorm)
     assert count_parameters(pre) - count_parameters(post) == 2 * 2 * 16
-    pre_rms = Transformer(tiny(norm_placement="pre", norm="rmsnorm"))
+    pre_rms = Transformer(tiny(norm_placement="pre", norm="rmsnorm"), VOCAB, PAD)
     assert isinstance(pre_rms.encoder_norm, nn.RMSNorm) and isinstance(pre_rms.decoder_norm, nn.RMSNorm)
 
 
 def test_learned_positions_add_two_tables():
     for P in (8, 32):
-        base = count_parameters(Transformer(tiny(max_positions=P)))
-        learned = count_parameters(Transformer(tiny(max_positions=P, positional="learned")))
+        base = count_parameters(Transformer(tiny(max_positions=P), VOCAB, PAD))
+        learned = count_parameters(Transformer(tiny(max_positions=P, positional="learned"), VOCAB, PAD))
         assert learned - base == 2 * P * 16
         for other in ("rope", "none"):
-            assert count_parameters(Transformer(tiny(max_positions=P, positional=other))) == base
+            assert count_parameters(Transformer(tiny(max_positions=P, positional=other), VOCAB, PAD)) == base
 
 
 @pytest.mark.parametrize("pre", [False, True])

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from lightning_modules.config import ModelConfig
-from lightning_modules.search import beam_search, greedy_search
+from lightning_modules.beam_search import beam_search, greedy_search
 from lightning_modules.transformer import Transformer
 
 PAD, BOS, EOS = 0, 1, 2
@@ -21,7 +21,7 @@ def tiny_model(seed: int, std: float = 0.5, **overrides) -> Transformer:
     """A tiny random model; weights drawn with a large std so that its distributions depend on the prefix."""
     with torch.random.fork_rng():  # leave the global generator as it was
         torch.manual_seed(seed)
-        model = Transformer(ModelConfig(vocab_size=7, N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, **overrides))
+        model = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, **overrides), 7, PAD)
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0.0, std)
@@ -48,7 +48,7 @@ class HashLM(nn.Module):
 
     def __init__(self, seed: int, vocab_size: int = 8, temperature: float = 2.0, eos_slope: float = 0.8):
         super().__init__()
-        self.cfg = ModelConfig(vocab_size=vocab_size, N=1, d_model=8, d_ff=8, h=1)
+        self.vocab_size, self.pad_id, self.max_length = vocab_size, PAD, None  # what beam search reads of a model
         g = torch.Generator().manual_seed(seed)
         self.register_buffer("table", torch.randn(self.P, vocab_size, generator=g) * temperature)
         self.eos_slope = eos_slope
@@ -57,7 +57,7 @@ class HashLM(nn.Module):
         weights = torch.arange(1, src.shape[1] + 1)
         src_hash = (src * weights * 97).sum(1) % self.P  # pads are 0: padding does not change the hash
         memory = src_hash.float()[:, None, None].expand(-1, src.shape[1], 1)
-        return memory, (src != self.cfg.pad_id)[:, None, None, :]
+        return memory, (src != self.pad_id)[:, None, None, :]
 
     def new_cache(self, capacity: int = 16):
         return self.Cache()
@@ -127,7 +127,7 @@ def random_src(seed: int, rows: int, cols: int, vocab: int) -> torch.Tensor:
 
 
 def content_of(model):
-    return tuple(range(3, model.cfg.vocab_size))
+    return tuple(range(3, model.vocab_size))
 
 
 @pytest.mark.parametrize("kind,seed", MODELS)
@@ -135,7 +135,7 @@ def test_large_beam_equals_exhaustive_search(kind, seed):
     model = make(kind, seed)
     content = content_of(model)
     max_len = 4 if len(content) <= 4 else 3
-    src = random_src(seed, 4, 3, model.cfg.vocab_size)
+    src = random_src(seed, 4, 3, model.vocab_size)
     K = len(content) ** max_len  # every prefix of every length stays in the beam
     hyps, scores = beam_search(model, src, BOS, EOS, beam_size=K, length_penalty=ALPHA, max_len=max_len,
                                return_scores=True)
@@ -148,7 +148,7 @@ def test_large_beam_equals_exhaustive_search(kind, seed):
 @pytest.mark.parametrize("kind,seed", MODELS)
 def test_returned_scores_are_the_teacher_forced_scores(kind, seed):
     model = make(kind, seed)
-    src = random_src(seed, 4, 5, model.cfg.vocab_size)
+    src = random_src(seed, 4, 5, model.vocab_size)
     hyps, scores = beam_search(model, src, BOS, EOS, 4, ALPHA, max_len_offset=3, return_scores=True)
     for b in range(src.shape[0]):
         assert float(scores[b]) == pytest.approx(float(scores_of(model, src[b], [hyps[b]])[0]), abs=1e-4)
@@ -157,7 +157,7 @@ def test_returned_scores_are_the_teacher_forced_scores(kind, seed):
 @pytest.mark.parametrize("kind,seed", MODELS)
 def test_bound_stop_is_exact_and_count_stop_not_better(kind, seed):
     model = make(kind, seed)
-    src = random_src(seed, 6, 5, model.cfg.vocab_size)
+    src = random_src(seed, 6, 5, model.vocab_size)
     full = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, stop="none", return_scores=True)
     bound = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, stop="bound", return_scores=True)
     count = beam_search(model, src, BOS, EOS, 4, ALPHA, 6, stop="count", return_scores=True)
@@ -173,11 +173,11 @@ class ScriptedLM(HashLM):
     stopping bound that ignored the growing length penalty would stop after two steps with the empty one."""
 
     def _logits(self, state, position):
-        logits = torch.full((state.shape[0], self.cfg.vocab_size), -30.0)
+        logits = torch.full((state.shape[0], self.vocab_size), -30.0)
         if position == 0:
             logits[:, EOS], logits[:, 3] = -1.0, math.log1p(-math.exp(-1.0))
         elif position == 1:
-            logits[:, 3:] = math.log1p(-math.exp(-1.2)) - math.log(self.cfg.vocab_size - 4)
+            logits[:, 3:] = math.log1p(-math.exp(-1.2)) - math.log(self.vocab_size - 4)
             logits[:, 4] = -1.2
         elif position < 12:
             logits[:, 3] = 0.0
@@ -206,7 +206,7 @@ def test_bound_stop_saves_steps():
             return super().decode(*args, **kwargs)
 
     model = Counting(0, eos_slope=2.0)
-    src = random_src(0, 8, 5, model.cfg.vocab_size)
+    src = random_src(0, 8, 5, model.vocab_size)
     beam_search(model, src, BOS, EOS, 4, ALPHA, 50, stop="none")
     full_steps, Counting.calls = Counting.calls, 0
     beam_search(model, src, BOS, EOS, 4, ALPHA, 50, stop="bound")
@@ -216,7 +216,7 @@ def test_bound_stop_saves_steps():
 @pytest.mark.parametrize("kind,seed", MODELS)
 def test_beam4_scores_at_least_greedy(kind, seed):
     model = make(kind, seed)
-    src = random_src(seed, 6, 4, model.cfg.vocab_size)
+    src = random_src(seed, 6, 4, model.vocab_size)
     beam = beam_search(model, src, BOS, EOS, 4, ALPHA, max_len_offset=4)
     greedy = greedy_search(model, src, BOS, EOS, max_len_offset=4)
     for b in range(src.shape[0]):
@@ -239,7 +239,7 @@ def test_cached_equals_uncached_transformer(overrides):
 
 def test_cached_equals_uncached_staggered_finishes():
     model = HashLM(1)
-    src = random_src(1, 8, 6, model.cfg.vocab_size)
+    src = random_src(1, 8, 6, model.vocab_size)
     for K in (1, 4):
         cached = beam_search(model, src, BOS, EOS, K, ALPHA, 8, return_scores=True)
         uncached = beam_search(model, src, BOS, EOS, K, ALPHA, 8, use_cache=False, return_scores=True)
@@ -250,7 +250,7 @@ def test_cached_equals_uncached_staggered_finishes():
 @pytest.mark.parametrize("kind,seed", MODELS)
 def test_batched_equals_one_by_one(kind, seed):
     model = make(kind, seed)
-    src = random_src(seed, 6, 7, model.cfg.vocab_size)
+    src = random_src(seed, 6, 7, model.vocab_size)
     for K in (1, 4):
         together = beam_search(model, src, BOS, EOS, K, ALPHA, max_len_offset=5)
         alone = [beam_search(model, row[row != PAD][None], BOS, EOS, K, ALPHA, max_len_offset=5)[0] for row in src]
@@ -285,7 +285,7 @@ def test_max_length_respected():
 @torch.no_grad()
 def test_greedy_equals_argmax_loop(kind, seed):
     model = make(kind, seed)
-    src = random_src(seed, 5, 5, model.cfg.vocab_size)
+    src = random_src(seed, 5, 5, model.vocab_size)
     offset = 4
     out = greedy_search(model, src, BOS, EOS, max_len_offset=offset)
     for row, hyp in zip(src, out):
@@ -387,7 +387,7 @@ def test_search_equals_with_and_without_native_candidates(seed, monkeypatch, nat
     """The whole search (finishes, staggered stops, length limits) with the kernel's candidates and torch.topk's;
     a vocabulary of 40 crosses the kernel's vector blocks."""
     model = HashLM(seed, vocab_size=40)
-    src = random_src(seed, 8, 6, model.cfg.vocab_size)
+    src = random_src(seed, 8, 6, model.vocab_size)
     searched = {}
     for enabled in (True, False):
         monkeypatch.setattr(native_kernels, "enabled", enabled)

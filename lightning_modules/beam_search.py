@@ -45,9 +45,10 @@ from . import native
 NEG_INF = float("-inf")
 
 
-def length_penalty_factor(length: Tensor | int | float, alpha: float) -> Tensor:
-    """GNMT length penalty ((5 + |Y|) / 6)^alpha, |Y| counting the EOS."""
-    length = torch.as_tensor(length).float()
+def length_penalty_factor(length: Tensor | int, alpha: float) -> Tensor | float:
+    """GNMT length penalty ((5 + |Y|) / 6)^alpha, |Y| counting the EOS: float32 for a tensor, a float for a number."""
+    if isinstance(length, Tensor):
+        length = length.float()
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -68,11 +69,13 @@ def beam_search(
 ):
     """Best hypothesis per source sentence as token ids (without BOS and EOS).
 
-    src [B, S] (padded with model.cfg.pad_id). Source length per sentence = its number of non-pad tokens;
-    max output length (tokens before EOS) = that + max_len_offset, capped by `max_len` when given and by the
-    model's positions (max_positions - 1). use_cache=False re-decodes the whole prefix every step (same
-    outputs, for speed comparisons). With return_scores=True also returns the normalised scores [B]
-    (log-probability / lp(|Y|), float32) of the returned hypotheses.
+    `model` is a Transformer, or anything with its decoding API: `encode`, `decode`, `new_cache` (optionally
+    `recycle`) and the attributes `pad_id`, `vocab_size` and `max_length`. src [B, S] (padded with model.pad_id).
+    Source length per sentence = its number of non-pad tokens; max output length (tokens before EOS) = that +
+    max_len_offset, capped by `max_len` when given and by the model's positions (max_length - 1, if any).
+    use_cache=False re-decodes the whole prefix every step (same outputs, for speed comparisons). With
+    return_scores=True also returns the normalised scores [B] (log-probability / lp(|Y|), float32) of the returned
+    hypotheses.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size = {beam_size}: expected a positive integer")
@@ -97,18 +100,17 @@ def greedy_search(model, src: Tensor, bos_id: int, eos_id: int, max_len_offset: 
 
 def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, max_len_offset: int,
             max_len: Optional[int], use_cache: bool, stop: str) -> tuple[list[list[int]], Tensor]:
-    cfg = model.cfg
     device = src.device
     B_all = src.shape[0]
     if B_all == 0:
         return [], torch.empty(0)
 
     # Per-sentence maximum number of output tokens (EOS excluded).
-    limit = (src != cfg.pad_id).sum(dim=1) + max_len_offset  # [B]
+    limit = (src != model.pad_id).sum(dim=1) + max_len_offset  # [B]
     if max_len is not None:
         limit = limit.clamp(max=max_len)
-    if cfg.positional != "none":
-        limit = limit.clamp(max=cfg.max_positions - 1)  # BOS at position 0, the last token at position `limit`
+    if model.max_length is not None:
+        limit = limit.clamp(max=model.max_length - 1)  # BOS at position 0, the last token at position `limit`
     limit = limit.clamp(min=0)
     first_limit, L_cap = (int(x) for x in limit.aminmax())  # one sync, before the loop
 
@@ -116,8 +118,8 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
     cache = model.new_cache(capacity=L_cap + 1) if use_cache else None  # BOS, then up to L_cap tokens
 
     # Banned tokens: pad always, BOS unless it doubles as EOS.
-    V = cfg.vocab_size
-    banned = {cfg.pad_id} | ({bos_id} if bos_id != eos_id else set())
+    V = model.vocab_size
+    banned = {model.pad_id} | ({bos_id} if bos_id != eos_id else set())
     banned = torch.tensor(sorted(banned - {eos_id}), dtype=torch.long, device=device)
     only_eos = torch.full((V,), NEG_INF, device=device)
     only_eos[eos_id] = 0.0
@@ -125,7 +127,7 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
 
     # Outputs, by original sentence: a sentence's best finished hypothesis, written when it leaves the batch.
     out_score = torch.full((B_all,), NEG_INF, device=device)
-    out_tokens = torch.full((B_all, max(L_cap, 1)), cfg.pad_id, dtype=torch.long, device=device)
+    out_tokens = torch.full((B_all, max(L_cap, 1)), model.pad_id, dtype=torch.long, device=device)
     out_len = torch.zeros(B_all, dtype=torch.long, device=device)
 
     # State of the active sentences (B of them), K beams each.
@@ -133,7 +135,7 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
     lim = limit  # [B]
     lp_limit = length_penalty_factor(lim + 1, alpha)  # [B]: the penalty of the longest hypothesis each may reach
     best_score = torch.full((B_all,), NEG_INF, device=device)  # best finished hypothesis so far
-    best_tokens = torch.full((B_all, max(L_cap, 1)), cfg.pad_id, dtype=torch.long, device=device)
+    best_tokens = torch.full((B_all, max(L_cap, 1)), model.pad_id, dtype=torch.long, device=device)
     best_len = torch.zeros(B_all, dtype=torch.long, device=device)
     n_finished = torch.zeros(B_all, dtype=torch.long, device=device)
     first_rows = torch.arange(B_all, device=device) * K  # [B]: each sentence's first row of B*K
@@ -167,7 +169,7 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         fin = is_eos[:, :K] & torch.isfinite(cand_scores[:, :K])
         if stop == "count":
             n_finished += fin.sum(dim=1)
-        fin_norm = torch.where(fin, cand_scores[:, :K] / ((5.0 + t + 1) / 6.0) ** alpha, NEG_INF)
+        fin_norm = torch.where(fin, cand_scores[:, :K] / length_penalty_factor(t + 1, alpha), NEG_INF)
         top_norm, top_pos = fin_norm.max(dim=1)  # [B]
         improved = top_norm > best_score
         if t > 0:
@@ -189,7 +191,7 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
             done = (n_finished >= K) | at_limit
         else:
             # Longest reachable |Y| is lim + 1, the shortest t + 1; take the larger penalty of the two ends.
-            bound = live_scores[:, 0] / lp_limit.clamp(min=((5.0 + t + 1) / 6.0) ** alpha)
+            bound = live_scores[:, 0] / lp_limit.clamp(min=length_penalty_factor(t + 1, alpha))
             done = (best_score >= bound) | at_limit
 
         # Reorder rows to the live beams' parents, dropping done sentences.

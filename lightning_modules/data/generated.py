@@ -55,6 +55,8 @@ import random
 import re
 from typing import Iterator, Optional
 
+from ..atomic import write_atomic
+
 __all__ = ["GENERATOR_VERSION", "generate_pairs", "write_corpus"]
 
 GENERATOR_VERSION = 2
@@ -762,21 +764,9 @@ def generate_pairs(n: int, seed: int) -> list[tuple[str, str]]:
 
 
 def _derive_seed(seed: int, split: str) -> int:
+    # "ablations.corpus": the module's name before it moved here; it seeds every split, so it stays.
     digest = hashlib.sha256(f"ablations.corpus/{seed}/{split}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _heldout(n: int, seed: int, split: str, seen: set) -> tuple[list, int]:
@@ -812,6 +802,7 @@ def write_corpus(directory: str | os.PathLike, train_pairs: int = 50_000, seed: 
                              f"got {value!r}")
     path = pathlib.Path(directory).expanduser()
     path.mkdir(parents=True, exist_ok=True)
+    # "ablations.corpus": the old module name, kept so that corpora already written stay valid.
     params = {"generator": "ablations.corpus", "version": GENERATOR_VERSION, "seed": seed,
               "train_pairs": train_pairs, "dev_pairs": dev_pairs, "test_pairs": test_pairs,
               "src_lang": SRC_LANG, "tgt_lang": TGT_LANG}
@@ -833,14 +824,14 @@ def write_corpus(directory: str | os.PathLike, train_pairs: int = 50_000, seed: 
     splits = {"train": train, "valid": valid, "test": test}
     for split, pairs in splits.items():
         for side, lang in enumerate((SRC_LANG, TGT_LANG)):
-            _write_atomic(path / f"{split}.{lang}", "".join(p[side] + "\n" for p in pairs))
+            write_atomic(path / f"{split}.{lang}", "".join(p[side] + "\n" for p in pairs))
     info = {
         "params": params,
         "files": {f"{split}.{lang}": len(pairs) for split, pairs in splits.items() for lang in (SRC_LANG, TGT_LANG)},
         "heldout_skipped_as_duplicates": {"valid": valid_rejected, "test": test_rejected},
         "stats": _stats(train),
     }
-    _write_atomic(manifest, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(manifest, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return path
 
 

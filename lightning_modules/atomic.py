@@ -1,0 +1,61 @@
+"""Files written only through a temporary file renamed into place: a reader sees the old file or the new one.
+
+The one atomic writer of the project: run records (ablations/records.py), checkpoints, the built-in corpus and
+fetched datasets all write through it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+
+@contextmanager
+def atomic_open(path: Path, mode: str = "wb", **options: Any) -> Iterator[IO]:
+    """A handle on a temporary file beside `path`, renamed over it once the block ends without an error.
+
+    A temporary file in the same folder (so the rename cannot cross file systems), flushed to disk before it is
+    renamed over the target; on any error (ENOSPC included) the temporary file is removed and the error raised.
+    `mode` and `options` are open()'s ("w" with encoding= and newline= for text written as it is produced).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **options) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write data to path so that a crash, kill or full disk leaves the previous file intact."""
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text (UTF-8) to path so that a crash, kill or full disk leaves the previous file intact."""
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (a power cut after it must not bring back the old file)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # not supported here (e.g. some network file systems): the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
