@@ -37,7 +37,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 def resolve_run(args: argparse.Namespace):
     """The RunConfig and meta that `ablate train` arguments describe."""
     from .records import read_config
-    from .sweep import apply_sets, build_config, expand, load_sweep, parse_sets, scales_for
+    from .sweep import apply_sets, build_config, expand, load_sweep, parse_sets, scale_named
 
     sets = parse_sets(args.set or [])
     if args.data:
@@ -56,11 +56,9 @@ def resolve_run(args: argparse.Namespace):
     if missing:
         raise ValueError(f"missing {', '.join(missing)}: give --sweep, --row and --scale, or --config FILE")
     sweep = load_sweep(args.sweep)
-    scales = scales_for(args.sweep)
-    if args.scale not in scales:
-        raise ValueError(f"--scale {args.scale!r}: unknown; scales: {', '.join(scales)}")
+    scale = scale_named(args.sweep, args.scale)
     seed = args.seed if args.seed is not None else sweep.seeds[0]
-    (spec,) = expand(sweep, scales[args.scale], seeds=[seed], rows=[args.row], sets=sets)
+    (spec,) = expand(sweep, scale, seeds=[seed], rows=[args.row], sets=sets)
     meta = {"sweep": spec.sweep, "row": spec.row, "group": spec.group, "scale": spec.scale, "run_id": spec.run_id}
     return spec.config, meta
 
@@ -68,7 +66,8 @@ def resolve_run(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from .launch import pin_cpus_from_env, train_lock
+    from .launch import pin_cpus_from_env
+    from .records import train_lock
 
     pin_cpus_from_env()  # before torch starts its threads: the cores `ablate sweep` gave this run
     config, meta = resolve_run(args)

@@ -29,7 +29,6 @@ launcher prints the job ids and returns, or with --wait waits and reports as abo
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shlex
 import shutil
@@ -44,99 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .records import CONFIG_FILE, METRICS_FILE, read_metrics, run_folder, update_metrics, write_config, write_json
-from .sweep import RunSpec, expand, load_sweep, scales_for
+from .records import (CONFIG_FILE, FINISHED, LOCKED_ENV, LOG_TAIL_LINES, METRICS_FILE, RunLock, folder_status, lock_holder, read_metrics,
+                      run_folder, update_metrics, write_config, write_json)
+from .sweep import RunSpec, expand, load_sweep, scale_named
 
-LOCK_FILE = ".lock"
 LOG_FILE = "train.log"
-LOG_TAIL_LINES = 40
 GRACE_SECONDS = 30.0  # how long stopped training processes get to exit before SIGKILL
 POLL_SECONDS = 0.2
-LOCKED_ENV = "ABLATE_RUN_LOCKED"  # set by the launcher: the training process already holds its run's lock
 CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1": the cores `ablate train` pins itself to
 REQUEUE_ENV = "ABLATE_REQUEUE"  # "submitit": train_run leaves requeueing to submitit (no Lightning auto-requeue)
-FINISHED = ("done", "failed", "diverged")
-
-
-# --------------------------------------------------------------------------------------------------
-# Locks
-# --------------------------------------------------------------------------------------------------
-
-
-class RunLock:
-    """An exclusive, non-blocking `flock` on `<run>/.lock`.
-
-    The lock belongs to the open file description: a child given the descriptor (`pass_fds`) keeps it held
-    after the launcher closes its copy or dies, and the kernel drops it when the last holder exits.
-    """
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = Path(run_dir) / LOCK_FILE
-        self.fd: Optional[int] = None
-
-    def acquire(self, tries: int = 3, wait: float = 0.1) -> bool:
-        """Try a few times (a `--dry-run` may be probing the lock at this instant); False if held elsewhere."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        for attempt in range(tries):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if attempt + 1 < tries:
-                    time.sleep(wait)
-                continue
-            self.fd = fd
-            return True
-        os.close(fd)
-        return False
-
-    def note(self, text: str) -> None:
-        """Say who holds the lock (read by whoever finds it held)."""
-        if self.fd is not None:
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, text.encode(), 0)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __enter__(self) -> "RunLock":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-
-def lock_holder(run_dir: Path) -> Optional[str]:
-    """None if nobody holds the run's lock; else what the holder wrote into it (may be empty)."""
-    path = Path(run_dir) / LOCK_FILE
-    if not path.exists():
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return os.pread(fd, 200, 0).decode(errors="replace").strip()
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def folder_status(run_dir: Path) -> str:
-    """pending | running | stale (recorded running, no process) | done | failed | diverged."""
-    record = read_metrics(run_dir) or {}
-    status = record.get("status", "pending")
-    if status in FINISHED:
-        return status
-    if lock_holder(run_dir) is not None:
-        return "running"
-    return "stale" if status == "running" else "pending"
 
 
 def pin_cpus_from_env() -> None:
@@ -148,18 +63,6 @@ def pin_cpus_from_env() -> None:
         os.sched_setaffinity(0, {int(c) for c in spec.split(",") if c.strip()})
     except (ValueError, OSError) as error:
         print(f"ablate train: warning: cannot pin to cores {spec!r} ({error}); using all", file=sys.stderr)
-
-
-def train_lock(run_dir: Path) -> RunLock:
-    """The lock `ablate train` holds on its run folder; already held when the launcher started it."""
-    lock = RunLock(run_dir)
-    if os.environ.get(LOCKED_ENV) == str(Path(run_dir).absolute()):
-        return lock  # inherited from the launcher; nothing to take
-    if not lock.acquire():
-        holder = lock_holder(run_dir) or "another process"
-        raise ValueError(f"{run_dir} is being trained elsewhere ({holder}); its lock {lock.path} is held")
-    lock.note(f"ablate train pid {os.getpid()} on {socket.gethostname()}\n")
-    return lock
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,11 +98,8 @@ def plan(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = Non
          sets: Optional[dict[str, Any]] = None, out: str | Path = "runs") -> list[Run]:
     """The sweep's runs (row order, then seed order) with their folders; touches no file."""
     sweep = load_sweep(sweep_path)
-    scales = scales_for(sweep_path)
-    if scale not in scales:
-        raise ValueError(f"--scale {scale!r}: unknown; scales: {', '.join(scales)}")
     runs = []
-    for spec in expand(sweep, scales[scale], seeds=seeds, rows=rows, sets=sets or {}):
+    for spec in expand(sweep, scale_named(sweep_path, scale), seeds=seeds, rows=rows, sets=sets or {}):
         meta = {"sweep": spec.sweep, "row": spec.row, "group": spec.group, "scale": spec.scale, "run_id": spec.run_id}
         runs.append(Run(spec, run_folder(Path(out), meta, spec.config).absolute(), meta))
     return runs

@@ -10,7 +10,7 @@ import torch
 from lightning_modules.config import ModelConfig
 from lightning_modules.transformer import Transformer, count_parameters
 
-from .sweep import load_sweep, paper_units, resolve, scales_for
+from .sweep import load_sweep, paper_units, resolve, scale_named
 
 
 def model_parameters(cfg: ModelConfig) -> int:
@@ -26,12 +26,10 @@ def within_tolerance(params: int, paper_params_m: float) -> bool:
 
 def parameter_table(sweep_path: str, vocab_size: int = 37000, scale: Optional[str] = None) -> list[dict[str, Any]]:
     sweep = load_sweep(sweep_path)
-    scales = scales_for(sweep_path) if scale else {}
-    if scale and scale not in scales:
-        raise ValueError(f"--scale {scale!r}: unknown; scales: {', '.join(scales)}")
+    preset = scale_named(sweep_path, scale) if scale else None
     rows = []
     for row in sweep.rows:
-        config = resolve(sweep, row, scales[scale], 0) if scale else paper_units(sweep, row)
+        config = resolve(sweep, row, preset, 0) if preset else paper_units(sweep, row)
         model = dataclasses.replace(config.model, vocab_size=vocab_size) if vocab_size else config.model
         params = model_parameters(model)
         paper = row.paper.params_m

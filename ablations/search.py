@@ -82,7 +82,8 @@ from typing import Any, Callable, Mapping, Optional
 import yaml
 
 from .records import CONFIG_FILE, read_metrics, update_metrics, write_atomic, write_config
-from .sweep import DATA_HELP, WIDTH_FIELDS, Row, Scale, Sweep, canonical_key, load_sweep, read_yaml, resolve, scales_for
+from .sweep import (DATA_HELP, WIDTH_FIELDS, Row, Scale, Sweep, canonical_key, load_sweep, read_yaml, resolve,
+                    scale_named, scales_for)
 
 STORAGE_ENV = "ABLATE_OPTUNA_STORAGE"
 STUDY_ENV = "ABLATE_OPTUNA_STUDY"
@@ -266,12 +267,11 @@ def load_search(path: str | Path, scale: Optional[str] = None, sets: Optional[Ma
         row = sweep.row(row_id)
     except ValueError as error:
         raise ValueError(f"{path}: row: {error}") from None
-    scales = scales_for(sweep_path)
     scale_name = scale or data.get("scale")
     if scale_name is None:
-        raise ValueError(f"{path}: no scale: set `scale:` in the file or pass --scale ({', '.join(scales)})")
-    if scale_name not in scales:
-        raise ValueError(f"{'--scale' if scale else f'{path}: scale'} = {scale_name!r}: unknown; scales: {', '.join(scales)}")
+        known = ", ".join(scales_for(sweep_path))
+        raise ValueError(f"{path}: no scale: set `scale:` in the file or pass --scale ({known})")
+    scale_preset = scale_named(sweep_path, scale_name, f"{'--scale' if scale else f'{path}: scale'} =")
     seed = data.get("seed", sweep.seeds[0])
     if not (_integer(seed) and seed >= 0):
         _fail(f"{path}: seed", seed, "a non-negative integer")
@@ -308,7 +308,7 @@ def load_search(path: str | Path, scale: Optional[str] = None, sets: Optional[Ma
         target = canonical_key(str(key), f"--set {key}")
         if target in targets:
             raise ValueError(f"--set {key}: params.{targets[target]} searches that field; do not fix it too")
-    search = Search(path, name, str(data.get("description", "")), sweep, row, scales[scale_name], seed, metric,
+    search = Search(path, name, str(data.get("description", "")), sweep, row, scale_preset, seed, metric,
                     direction, budget, pruner, sampler_seed, tuple(params), sets)
     try:
         search.config({})

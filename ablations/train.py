@@ -6,8 +6,6 @@ import io
 import logging
 import math
 import os
-import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -27,11 +25,11 @@ from lightning_modules.config import RunConfig
 from lightning_modules.data import BOS_ID, EOS_ID, TranslationDataModule, dataset_directory, generated_corpus_dir
 from lightning_modules.module import TranslationModule
 
-from .records import read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
+from .provenance import hardware
+from .records import LOG_TAIL_LINES, read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
 from .search import optuna_callbacks_from_env
 
 log = logging.getLogger("ablate")
-LOG_TAIL_LINES = 40
 
 
 def corpus_directory(config: RunConfig) -> Path:
@@ -77,35 +75,6 @@ class StepProgress(pl.callbacks.ProgressBar):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def hardware() -> dict[str, Any]:
-    """What ran the run, for table headers: device, CPU model, threads, and the code's commit."""
-    cpu_model = platform.processor() or platform.machine()
-    try:
-        cpu_model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "cpu_model": cpu_model, "torch_threads": torch.get_num_threads(), "commit": code_commit(),
-        "torch_version": torch.__version__,
-    }
-
-
-def code_commit(directory: Path = Path(__file__).parent) -> Optional[str]:
-    """The git commit (short) of the code in `directory` (default: this package's), suffixed "+dirty" where tracked
-    files other than results/ (what the code writes, not the code) differ from it, so that a figure made with
-    uncommitted code says so; None outside a git checkout (an installed copy) or without git."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)results") else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def is_rank_zero() -> bool:

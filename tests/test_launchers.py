@@ -21,7 +21,7 @@ import pytest
 
 from ablations import cli, launch, sync
 from ablations.corpus import write_corpus
-from ablations.records import read_config, read_metrics, update_metrics
+from ablations.records import RunLock, lock_holder, read_config, read_metrics, update_metrics
 from test_sweep import folders, sweep_args, write_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -74,7 +74,7 @@ def test_slurm_launcher_trains_a_job_array_and_a_rerun_submits_nothing(corpus, t
 
 
 def test_a_failing_job_is_recorded_with_wait(corpus, tmp_path, capsys):
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.path": str(tmp_path / "nonexistent")}})
+    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}})
     out = tmp_path / "runs"
     assert cli.main(slurm_args(path, out, "--wait")) == 1
     record = read_metrics(folders(out)["broken-s0"])
@@ -88,7 +88,7 @@ def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
     queued, done, busy = (run.dir for run in launch.plan(path, "test", out=out))
     update_metrics(queued, status="pending", submitit_job=str(os.getpid()), submitit_cluster="local")  # an alive job
     update_metrics(done, status="done")
-    with launch.RunLock(busy) as lock:  # trained elsewhere right now
+    with RunLock(busy) as lock:  # trained elsewhere right now
         assert lock.acquire()
         lock.note("someone else\n")
         assert cli.main(slurm_args(path, out)) == 0
@@ -114,7 +114,7 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, t
     while not (run_dir / "checkpoints" / "last.ckpt").exists():  # wait for a first checkpoint
         assert time.time() < deadline and not job.done(), job.done() and job.stderr()
         time.sleep(0.2)
-    holder = launch.lock_holder(run_dir)
+    holder = lock_holder(run_dir)
     pid = int(holder.split(" pid ")[1].split()[0])
     os.kill(pid, signals.SIGUSR2)
     deadline = time.time() + 240
@@ -336,7 +336,7 @@ def test_sync_skips_a_run_still_training(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     run = tmp_path / "s" / "t" / "c-s0-cccc"
     fake_offline_run(run, "cccc")
-    with launch.RunLock(run) as lock:
+    with RunLock(run) as lock:
         assert lock.acquire()
         assert cli.main(["sync", str(tmp_path)]) == 0
     assert "1 still training (skipped), 0 to sync" in capsys.readouterr().out
@@ -353,7 +353,7 @@ def test_a_synced_run_records_its_wandb_address(tmp_path, monkeypatch, capsys):
                     "print(f'Syncing: http://wandb.test/team/attention-ablations/runs/bbbb ... done.')\n"
                     "for f in run.glob('*.wandb'): f.with_suffix('.wandb.synced').write_text('')\n")
     monkeypatch.setattr(sync, "wandb_command", lambda: [sys.executable, str(fake)])
-    monkeypatch.setattr(sync, "probe", lambda url: None)
+    monkeypatch.setattr(sync, "probe", lambda url, timeout: None)
     assert sync.sync_runs(tmp_path) == 0
     assert "http://wandb.test/team/attention-ablations/runs/bbbb" in capsys.readouterr().out
     record = read_metrics(run_dir)

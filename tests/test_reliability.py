@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from ablations import cli, launch
 from ablations.corpus import write_corpus
-from ablations.records import read_config, read_metrics, update_metrics, write_config
+from ablations.records import lock_holder, read_config, read_metrics, update_metrics, write_config
 from ablations.train import checkpoint_problem, train_run
 from lightning_modules.averaging import step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
@@ -245,7 +245,7 @@ def test_sweep_killed_mid_run_reruns_to_completion_without_loss_or_duplicates(co
         before = {name: (run / "metrics.json").read_bytes() for name, run in runs.items() if name in ("base-s0", "unstable-s0")}
 
         deadline = time.time() + 30
-        while launch.lock_holder(runs["nopos-s0"]) is not None:  # the kernel releases the killed trainer's lock
+        while lock_holder(runs["nopos-s0"]) is not None:  # the kernel releases the killed trainer's lock
             assert time.time() < deadline, "the killed trainer's lock is still held"
             time.sleep(0.05)
         assert cli.main(sweep_args(path, out, "--workers", "1", *sets)) == 1  # 1: one run diverged

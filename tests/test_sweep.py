@@ -19,7 +19,7 @@ import yaml
 
 from ablations import cli, launch
 from ablations.corpus import write_corpus
-from ablations.records import read_config, read_metrics, update_metrics
+from ablations.records import RunLock, folder_status, read_config, read_metrics, update_metrics
 from ablations.sweep import expand, load_sweep, scales_for
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -182,10 +182,10 @@ def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
     update_metrics(done, status="done")
     update_metrics(busy, status="running")
     update_metrics(stale, status="running")
-    with launch.RunLock(busy) as lock:
+    with RunLock(busy) as lock:
         assert lock.acquire()
         assert cli.main(sweep_args(path, out, "--dry-run")) == 0
-        assert launch.folder_status(busy) == "running" and launch.folder_status(stale) == "stale"
+        assert folder_status(busy) == "running" and folder_status(stale) == "stale"
     text = capsys.readouterr().out
     for spec in specs:
         assert spec.spec.run_id in text
@@ -319,7 +319,7 @@ def test_sigterm_stops_the_children_and_they_resume(corpus, tmp_path, fake_train
     pid = json.loads((run / "child.json").read_text())["pid"]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert read_metrics(run)["status"] == "running" and launch.folder_status(run) == "stale"
+    assert read_metrics(run)["status"] == "running" and folder_status(run) == "stale"
     assert "stopped" in capsys.readouterr().out
     monkeypatch.setenv("FAKE_NO_STOP", "1")
     assert launch.run_sweep(path, "test", workers=2, out=out) == 0  # the stale run resumes

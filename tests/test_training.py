@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from ablations.corpus import write_corpus
 from ablations.records import read_config, read_metrics
-from ablations.train import code_commit, train_run
+from ablations.provenance import code_commit
+from ablations.train import train_run
 from lightning_modules.averaging import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss, learning_rate
