@@ -66,7 +66,7 @@ def resolve_run(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from .launch import pin_cpus_from_env
+    from .launch.processes import pin_cpus_from_env
     from .records import train_lock
 
     pin_cpus_from_env()  # before torch starts its threads: the cores `ablate sweep` gave this run
@@ -101,7 +101,7 @@ def parse_id_list(text: str, flag: str) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .launch import run_sweep
+    from .launch.local import run_sweep
     from .sweep import parse_sets
 
     sets = parse_sets(args.set or [])
@@ -139,7 +139,7 @@ def slurm_options(args: argparse.Namespace):
         if given:
             raise ValueError(f"{', '.join(given)}: only with --launcher slurm (the local launcher always waits)")
         return None
-    from .launch import SlurmOptions
+    from .launch.slurm import SlurmOptions
 
     if args.workers is not None:
         raise ValueError("--workers is for the local launcher; with --launcher slurm use --slurm-array-parallelism")

@@ -882,7 +882,7 @@ def run_search(search_path: str | Path, trials: Optional[int] = None, storage: O
     import optuna
     from optuna.trial import TrialState
 
-    from .launch import make_slots
+    from .launch.processes import make_slots
 
     if sampler not in ("tpe", "grid"):
         raise ValueError(f"--sampler {sampler!r}: expected tpe or grid")

@@ -30,6 +30,7 @@ from .records import LOG_TAIL_LINES, read_metrics, update_metrics, write_atomic,
 from .search import optuna_callbacks_from_env
 
 log = logging.getLogger("ablate")
+REQUEUE_ENV = "ABLATE_REQUEUE"  # "submitit": train_run leaves requeueing to submitit (no Lightning auto-requeue)
 
 
 def corpus_directory(config: RunConfig) -> Path:
@@ -119,7 +120,7 @@ class GlobalTokenCount(pl.Callback):
 
 def cluster_plugins() -> list:
     """No Lightning auto-requeue where submitit requeues the job (`ablate sweep --launcher slurm`): never twice."""
-    if os.environ.get("ABLATE_REQUEUE") == "submitit":
+    if os.environ.get(REQUEUE_ENV) == "submitit":
         from lightning.pytorch.plugins.environments import SLURMEnvironment
 
         if SLURMEnvironment.detect():

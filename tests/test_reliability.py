@@ -34,7 +34,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ablations import cli, launch
+from ablations import cli
+from ablations.launch import plan, processes
 from ablations.corpus import write_corpus
 from ablations.records import lock_holder, read_config, read_metrics, update_metrics, write_config
 from ablations.train import checkpoint_problem, train_run
@@ -221,8 +222,8 @@ def test_sweep_killed_mid_run_reruns_to_completion_without_loss_or_duplicates(co
     sets = ["--set", "train.max_steps=8", "--set", "train.checkpoint_every_steps=4", "--set", "eval.beam_size=1",
             "--set", "eval.max_len_offset=5"]
     marker = tmp_path / "paused"
-    driver = (f"from ablations import cli, launch\n"
-              f"launch.train_command = lambda config, run_dir: [{sys.executable!r}, '-c', {PAUSE_DRIVER!r}, 'train', "
+    driver = (f"from ablations import cli\nfrom ablations.launch import processes\n"
+              f"processes.train_command = lambda config, run_dir: [{sys.executable!r}, '-c', {PAUSE_DRIVER!r}, 'train', "
               f"'--config', str(config), '--run-dir', str(run_dir)]\n"
               f"raise SystemExit(cli.main({sweep_args(path, out, '--workers', '1', *sets)!r}))\n")
     env = child_env(RELIABILITY_PAUSE_ROW="nopos", RELIABILITY_PAUSE_STEP="6", RELIABILITY_MARKER=str(marker))
@@ -311,8 +312,8 @@ def test_a_crash_in_training_is_recorded_as_failed_with_its_log_tail(corpus, cac
 
 def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(corpus, reliability, tmp_path, monkeypatch, capsys):
     """Training processes that exit with an error and that die of SIGKILL (stand-ins, as in test_sweep)."""
-    monkeypatch.setattr(launch, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"crash": {}, "killed": {"positional": "none"}, "base": {"P_drop": 0.2}})
     out = tmp_path / "runs"
     with reliability.fault("crashed process"), reliability.fault("killed process"):
@@ -566,9 +567,9 @@ def test_concurrent_writers_never_corrupt_or_lose_a_record(tmp_path, reliability
     with reliability.fault("concurrent writers"):
         thread.start()
         try:
-            processes = [subprocess.Popen([sys.executable, "-c", WRITER, str(shared), str(sweep / f"own-{w}"), str(w), str(count)],
-                                          cwd=ROOT, env=child_env()) for w in range(workers)]
-            assert [p.wait(timeout=120) for p in processes] == [0] * workers
+            writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(shared), str(sweep / f"own-{w}"), str(w), str(count)],
+                                        cwd=ROOT, env=child_env()) for w in range(workers)]
+            assert [p.wait(timeout=120) for p in writers] == [0] * workers
         finally:
             stop.set()
             thread.join()
@@ -628,8 +629,8 @@ def test_unsafe_yaml_and_shell_metacharacters_are_inert(corpus, reliability, tmp
     with reliability.fault("unsafe YAML tag"):
         assert cli.main(["train", "--config", str(evil), "--print-config"]) == 2
         assert not marker.exists()
-    monkeypatch.setattr(launch, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"base": {}})
     out = tmp_path / f"runs; touch {marker} $(touch {marker}) `touch {marker}` '\""
     with reliability.fault("shell metacharacters in paths"):
@@ -745,16 +746,16 @@ def test_fuzzed_sweep_files_are_accepted_or_rejected_naming_the_field(corpus, tm
         path, name = mutation
         out = tmp_path / "runs"
 
-        def plan() -> bool:
+        def plan_ok() -> bool:
             try:
-                launch.plan(path, "test", out=out)
+                plan.plan(path, "test", out=out)
             except ValueError as error:
                 assert str(error).startswith(str(path)) or "--scale" in str(error), error
                 assert name in str(error), f"the message does not name {name!r}: {error}"
                 return False
             return True
 
-        reliability.fuzz("sweep file", plan)
+        reliability.fuzz("sweep file", plan_ok)
 
     check()
 

@@ -72,7 +72,7 @@ def fake_command(config_path: Path, run_dir: Path) -> list[str]:
 def fake_train(monkeypatch):
     monkeypatch.setattr(S, "train_command", fake_command)
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setattr("ablations.launch.visible_gpus", lambda: [])
+    monkeypatch.setattr("ablations.launch.processes.visible_gpus", lambda: [])
 
 
 @pytest.fixture(scope="module")
@@ -383,7 +383,7 @@ def test_a_real_search_of_two_trials_one_pruned(corpus, tmp_path, monkeypatch, c
     almost nothing by step 3, worse than the first there, and the median pruner stops it (exit 77)."""
     from ablations import train
 
-    monkeypatch.setattr("ablations.launch.visible_gpus", lambda: [])
+    monkeypatch.setattr("ablations.launch.processes.visible_gpus", lambda: [])
     if "optuna_callbacks_from_env" not in inspect.getsource(train.train_run):
         monkeypatch.setattr(S, "train_command", shim_command)
     path = write_search(tmp_path, corpus, name="real", metric="dev_loss",
