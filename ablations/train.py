@@ -11,7 +11,7 @@ import time
 import traceback
 import zipfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import lightning.pytorch as pl
 import torch
@@ -27,7 +27,6 @@ from lightning_modules.module import TranslationModule
 
 from .provenance import hardware
 from .records import LOG_TAIL_LINES, read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
-from .search import optuna_callbacks_from_env
 
 log = logging.getLogger("ablate")
 REQUEUE_ENV = "ABLATE_REQUEUE"  # "submitit": train_run leaves requeueing to submitit (no Lightning auto-requeue)
@@ -209,8 +208,11 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
 
 
 def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] = None, progress: bool = True,
-              devices: int = 1, accelerator: str = "auto") -> dict[str, Any]:
+              devices: int = 1, accelerator: str = "auto", callbacks: Sequence[pl.Callback] = ()) -> dict[str, Any]:
     """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one.
+
+    `callbacks` join the fit trainer's own (checkpointing, the token count, the progress bar): `ablate train`
+    passes a search trial's pruning callback there.
 
     `devices` > 1: Lightning DDP with that many ranks (`strategy="ddp"` re-executes the command for ranks >= 1;
     under SLURM the job's tasks are the ranks). The data module shards training batches by rank, so the global
@@ -246,10 +248,10 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
             every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
             monitor="step", mode="max", save_last=True,
         )
-        callbacks: list = [periodic, GlobalTokenCount()]
+        fit_callbacks: list = [periodic, GlobalTokenCount()]
         if progress:
-            callbacks.append(StepProgress(train_cfg.max_steps))
-        callbacks += optuna_callbacks_from_env()  # a trial of `ablate search`: report, maybe prune; else []
+            fit_callbacks.append(StepProgress(train_cfg.max_steps))
+        fit_callbacks += callbacks
         # Ranks >= 1 start inside rank 0's fit, after it moved damaged checkpoints away: they find the same one.
         resume_from, warnings = resume_checkpoint(checkpoints)
         for warning in warnings:
@@ -268,7 +270,7 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
             accumulate_grad_batches=train_cfg.accumulate_grad_batches,
             gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
             deterministic=True, use_distributed_sampler=False, logger=loggers,
-            callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
+            callbacks=fit_callbacks, enable_progress_bar=progress, enable_model_summary=False,
             default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
         )
         # weights_only: a checkpoint is data, never code (tensors, numbers, strings and containers only).

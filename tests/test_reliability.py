@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.usefixtures("one_thread")]
 PAUSE_DRIVER = r"""
 import os, sys, time
 import lightning.pytorch as pl
-from ablations import cli, train
+from ablations import cli
 
 class Pause(pl.Callback):
     def __init__(self, step, marker):
@@ -72,7 +72,7 @@ def callbacks():
         return []
     return [Pause(int(os.environ["RELIABILITY_PAUSE_STEP"]), os.environ["RELIABILITY_MARKER"])]
 
-train.optuna_callbacks_from_env = callbacks
+cli.train_callbacks = callbacks
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -294,17 +294,14 @@ def test_a_non_finite_loss_stops_the_run_as_diverged_at_its_step(corpus, cache, 
 def test_a_crash_in_training_is_recorded_as_failed_with_its_log_tail(corpus, cache, reliability, tmp_path, monkeypatch):
     import lightning.pytorch as pl
 
-    import ablations.train as train
-
     class Crash(pl.Callback):
         def on_train_batch_end(self, trainer, *args):
             if trainer.global_step == 3:
                 raise RuntimeError("injected crash at step 3")
 
-    monkeypatch.setattr(train, "optuna_callbacks_from_env", lambda: [Crash()])
     with reliability.fault("crash in training"):
         with pytest.raises(RuntimeError, match="injected crash"):
-            train_run(run_config(corpus, cache), tmp_path / "run", progress=False)
+            train_run(run_config(corpus, cache), tmp_path / "run", progress=False, callbacks=[Crash()])
         record = read_metrics(tmp_path / "run")
         assert record["status"] == "failed" and record["reason"] == "RuntimeError: injected crash at step 3", record
         assert record["log_tail"][-1] == "RuntimeError: injected crash at step 3" and any("Traceback" in line for line in record["log_tail"])
@@ -331,11 +328,9 @@ def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(corpus, r
 # --------------------------------------------------------------------------------------------------
 
 
-def interrupted_run(corpus: Path, cache: Path, run_dir: Path, monkeypatch, at_step: int) -> RunConfig:
+def interrupted_run(corpus: Path, cache: Path, run_dir: Path, at_step: int) -> RunConfig:
     """A 12-step run that crashes right after step `at_step`, leaving its checkpoints behind."""
     import lightning.pytorch as pl
-
-    import ablations.train as train
 
     class Stop(pl.Callback):
         def on_train_batch_end(self, trainer, *args):
@@ -343,10 +338,8 @@ def interrupted_run(corpus: Path, cache: Path, run_dir: Path, monkeypatch, at_st
                 raise RuntimeError(f"stopped at step {at_step}")
 
     config = run_config(corpus, cache)
-    with monkeypatch.context() as patch:
-        patch.setattr(train, "optuna_callbacks_from_env", lambda: [Stop()])
-        with pytest.raises(RuntimeError, match="stopped at step"):
-            train_run(config, run_dir, progress=False)
+    with pytest.raises(RuntimeError, match="stopped at step"):
+        train_run(config, run_dir, progress=False, callbacks=[Stop()])
     return config
 
 
@@ -383,7 +376,7 @@ def test_a_damaged_checkpoint_is_detected_and_the_run_falls_back(corpus, cache, 
     run_dir = tmp_path / "run"
     marker = tmp_path / "executed"
     with reliability.fault(f"damaged checkpoint ({damage})"):
-        interrupted_run(corpus, cache, run_dir, monkeypatch, at_step=10)
+        interrupted_run(corpus, cache, run_dir, at_step=10)
         checkpoints = run_dir / "checkpoints"
         assert [p.name for p in step_checkpoints(checkpoints)] == ["step-0000004.ckpt", "step-0000008.ckpt"]
         last, step4, step8 = checkpoints / "last.ckpt", checkpoints / "step-0000004.ckpt", checkpoints / "step-0000008.ckpt"
