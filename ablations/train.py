@@ -282,7 +282,8 @@ def record_divergence(run_dir: Path, module: TranslationModule, started: float) 
     step, loss = module.diverged["step"], module.diverged["loss"]
     return update_metrics(run_dir, status="diverged", diverged_step=step, steps=step - 1,
                           reason=f"training loss {loss} at step {step}", train_tokens=module.train_tokens,
-                          train_seconds=module.train_seconds, wall_seconds=time.time() - started, diverged_at=time.time())
+                          train_seconds=module.train_seconds, wall_seconds=time.time() - started,
+                          diverged_at=time.time())
 
 
 def average_last(module: TranslationModule, config: RunConfig, checkpoints: Path) -> int:
@@ -302,7 +303,8 @@ def final_evaluation(module: TranslationModule, data: TranslationDataModule, con
     module.bleu_limit = None
     # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
     evaluator = pl.Trainer(
-        accelerator=accelerator, devices=1, plugins=cluster_plugins(), precision=config.train.precision, deterministic=True, use_distributed_sampler=False,
+        accelerator=accelerator, devices=1, plugins=cluster_plugins(), precision=config.train.precision,
+        deterministic=True, use_distributed_sampler=False,
         logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
     )

@@ -219,7 +219,8 @@ class Launcher:
             log.flush()
             try:
                 process = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child_env(slot, {LOCKED_ENV: str(run.dir)}),
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env=child_env(slot, {LOCKED_ENV: str(run.dir)}),
                     start_new_session=True, pass_fds=(lock.fd,),
                 )
             except OSError as error:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..records import (CONFIG_FILE, FINISHED, METRICS_FILE, RunLock, folder_status, lock_holder, read_metrics, run_folder,
-                       update_metrics, write_config, write_json)
+from ..records import (CONFIG_FILE, FINISHED, METRICS_FILE, RunLock, folder_status, lock_holder, read_metrics,
+                       run_folder, update_metrics, write_config, write_json)
 from ..sweep import RunSpec, expand, load_sweep, scale_named
 from .processes import LOG_FILE, Slot
 

@@ -136,7 +136,8 @@ def run_search(search_path: str | Path, trials: Optional[int] = None, storage: O
             stopped = True
     else:
         context = multiprocessing.get_context("spawn")
-        processes = [context.Process(target=worker_main, args=(plan,), name=f"ablate-search-worker-{plan.slot.index}") for plan in plans]
+        processes = [context.Process(target=worker_main, args=(plan,), name=f"ablate-search-worker-{plan.slot.index}")
+                     for plan in plans]
         previous = signal.signal(signal.SIGTERM, raise_interrupt) if on_main_thread() else None
         try:
             for process in processes:

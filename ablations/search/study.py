@@ -152,7 +152,8 @@ def fail_stale_trials(study, spec: str) -> list[int]:
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         attrs = trial.user_attrs
-        if attrs.get("host") == host and isinstance(attrs.get("worker_pid"), int) and not pid_alive(attrs["worker_pid"]):
+        pid = attrs.get("worker_pid")
+        if attrs.get("host") == host and isinstance(pid, int) and not pid_alive(pid):
             try:
                 numbered_trial(spec, study, trial.number).set_user_attr(
                     "reason", f"stale: its worker (pid {attrs['worker_pid']}) is gone")

@@ -72,7 +72,8 @@ def run_trial(search: Search, study, trial, plan: WorkerPlan) -> tuple[str, Opti
             raise
     record = read_metrics(run_dir) or {}
     if code == PRUNED_EXIT:
-        note = next((line for line in reversed(log_tail(run_dir / LOG_FILE)) if line.startswith("pruned by optuna")), "pruned by optuna")
+        note = next((line for line in reversed(log_tail(run_dir / LOG_FILE)) if line.startswith("pruned by optuna")),
+                    "pruned by optuna")
         update_metrics(run_dir, status="failed", reason=note, pruned=True, failed_at=time.time())
         return "pruned", None, note
     value = record.get(search.metric)
@@ -92,7 +93,8 @@ def run_trial(search: Search, study, trial, plan: WorkerPlan) -> tuple[str, Opti
     else:
         reason = record.get("reason") or describe_exit(code)
     if record.get("status") not in ("failed", "diverged"):
-        update_metrics(run_dir, status="failed", reason=reason, log_tail=log_tail(run_dir / LOG_FILE), failed_at=time.time())
+        update_metrics(run_dir, status="failed", reason=reason, log_tail=log_tail(run_dir / LOG_FILE),
+                       failed_at=time.time())
     return "fail", None, reason
 
 
@@ -125,7 +127,8 @@ def _worker_loop(plan: WorkerPlan) -> int:
 
     search = load_search(plan.search_path, plan.scale, plan.sets)
     # Each worker its own sampler seed: equal seeds would draw the same startup trials in every worker.
-    study = load_study(plan.storage, search.name, sampler=make_sampler(plan.sampler, search.sampler_seed + plan.slot.index))
+    sampler = make_sampler(plan.sampler, search.sampler_seed + plan.slot.index)
+    study = load_study(plan.storage, search.name, sampler=sampler)
     distributions = search.distributions()
     lock = ask_lock(plan.out, search.name)
     ran = 0
