@@ -36,7 +36,6 @@ import statistics
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -44,6 +43,7 @@ from torch import Tensor, nn
 
 from lightning_modules import native
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from lightning_modules.cpuinfo import cpu_field
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler, TranslationDataModule, collate_pairs
 from lightning_modules.flops import step_flops
 from lightning_modules.module import TranslationModule, label_smoothed_loss, make_optimizer
@@ -51,7 +51,7 @@ from lightning_modules.positional import sinusoids
 from lightning_modules.beam_search import beam_search
 from lightning_modules.transformer import Transformer, prefers_explicit_attention
 
-from .train import code_commit
+from .provenance import code_commit, cpu_model
 
 PRECISIONS = ("32-true", "bf16-mixed")
 CLOCKS = ("wall", "cpu")
@@ -646,14 +646,8 @@ def other_clock_ratios(train_times: dict[str, list[dict[str, float]]], decode_ti
 
 def cpu_info() -> tuple[str, bool]:
     """The CPU's model name and whether it has native bf16 arithmetic (avx512_bf16 or amx_bf16)."""
-    cpu = platform.processor() or "unknown"
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return cpu, False
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
-    flags = next((line for line in lines if line.startswith("flags")), "")
-    return cpu, "avx512_bf16" in flags or "amx_bf16" in flags
+    flags = cpu_field("flags") or ""
+    return cpu_model(), "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def default_precision(device: str) -> str:

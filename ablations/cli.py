@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -34,14 +34,22 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_run(args: argparse.Namespace):
-    """The RunConfig and meta that `ablate train` arguments describe."""
-    from .records import read_config
-    from .sweep import apply_sets, build_config, expand, load_sweep, parse_sets, scales_for
+def command_sets(args: argparse.Namespace) -> dict[str, Any]:
+    """A command's `--set KEY=VALUE` and `--data DIR`, as overrides applied last, in run units (sweep.apply_sets)."""
+    from .sweep import parse_sets
 
     sets = parse_sets(args.set or [])
     if args.data:
         sets["data.path"] = args.data
+    return sets
+
+
+def resolve_run(args: argparse.Namespace):
+    """The RunConfig and meta that `ablate train` arguments describe."""
+    from .records import read_config
+    from .sweep import apply_sets, build_config, expand, load_sweep, scale_named
+
+    sets = command_sets(args)
     if args.config:
         if args.sweep or args.row or args.scale:
             raise ValueError("--config takes a resolved config; do not combine it with --sweep/--row/--scale")
@@ -56,19 +64,26 @@ def resolve_run(args: argparse.Namespace):
     if missing:
         raise ValueError(f"missing {', '.join(missing)}: give --sweep, --row and --scale, or --config FILE")
     sweep = load_sweep(args.sweep)
-    scales = scales_for(args.sweep)
-    if args.scale not in scales:
-        raise ValueError(f"--scale {args.scale!r}: unknown; scales: {', '.join(scales)}")
+    scale = scale_named(args.sweep, args.scale)
     seed = args.seed if args.seed is not None else sweep.seeds[0]
-    (spec,) = expand(sweep, scales[args.scale], seeds=[seed], rows=[args.row], sets=sets)
+    (spec,) = expand(sweep, scale, seeds=[seed], rows=[args.row], sets=sets)
     meta = {"sweep": spec.sweep, "row": spec.row, "group": spec.group, "scale": spec.scale, "run_id": spec.run_id}
     return spec.config, meta
+
+
+def train_callbacks() -> list:
+    """The extra Lightning callbacks of `ablate train`: in a trial of `ablate search`, the callback that reports to
+    its study and stops the trial when pruned (on every DDP rank: the decision is broadcast); [] otherwise."""
+    from .search.trial import optuna_callbacks_from_env
+
+    return optuna_callbacks_from_env()
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from .launch import pin_cpus_from_env, train_lock
+    from .launch.processes import pin_cpus_from_env
+    from .records import train_lock
 
     pin_cpus_from_env()  # before torch starts its threads: the cores `ablate sweep` gave this run
     config, meta = resolve_run(args)
@@ -81,12 +96,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train import is_rank_zero, train_run
 
     run_dir = Path(args.run_dir) if args.run_dir else run_folder(args.out, meta, config)
+    callbacks = train_callbacks()
     if not is_rank_zero():  # a DDP rank >= 1 that Lightning started: rank 0 holds the lock and writes the records
-        train_run(config, run_dir, meta, progress=False, devices=args.devices, accelerator=args.accelerator)
+        train_run(config, run_dir, meta, progress=False, devices=args.devices, accelerator=args.accelerator,
+                  callbacks=callbacks)
         return 0
     print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
     with train_lock(run_dir):  # one trainer per run folder, whoever started it
-        metrics = train_run(config, run_dir, meta, progress=sys.stderr.isatty(), devices=args.devices, accelerator=args.accelerator)
+        metrics = train_run(config, run_dir, meta, progress=sys.stderr.isatty(), devices=args.devices,
+                            accelerator=args.accelerator, callbacks=callbacks)
     keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
@@ -102,12 +120,9 @@ def parse_id_list(text: str, flag: str) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .launch import run_sweep
-    from .sweep import parse_sets
+    from .launch.local import run_sweep
 
-    sets = parse_sets(args.set or [])
-    if args.data:
-        sets["data.path"] = args.data
+    sets = command_sets(args)
     rows = parse_id_list(args.rows, "--rows") if args.rows else None
     seeds = None
     if args.seeds is not None:
@@ -140,7 +155,7 @@ def slurm_options(args: argparse.Namespace):
         if given:
             raise ValueError(f"{', '.join(given)}: only with --launcher slurm (the local launcher always waits)")
         return None
-    from .launch import SlurmOptions
+    from .launch.slurm import SlurmOptions
 
     if args.workers is not None:
         raise ValueError("--workers is for the local launcher; with --launcher slurm use --slurm-array-parallelism")
@@ -159,6 +174,13 @@ def slurm_options(args: argparse.Namespace):
     return SlurmOptions(partition=args.slurm_partition, time_min=args.slurm_time or SlurmOptions.time_min, gpus_per_run=gpus,
                         cpus_per_task=args.slurm_cpus_per_task, array_parallelism=args.slurm_array_parallelism,
                         cluster=args.slurm_cluster)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .search.command import run_search
+
+    return run_search(args.search, trials=args.trials, storage=args.storage, workers=args.workers, scale=args.scale,
+                      out=args.out, sampler=args.sampler, trial_timeout=args.trial_timeout, sets=command_sets(args))
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -218,6 +240,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for corpus, value in result["padding_efficiency"].items():
         print(f"{'padding_efficiency ' + corpus:28s} {value:7.3f}  (target >= {PADDING_TARGET:g})")
     return 0
+
+
+def add_search_parser(sub: Any) -> None:
+    from .sweep import DATA_HELP
+
+    parser = sub.add_parser(
+        "search", help="hyperparameter search (optuna) around a sweep row; each trial is a training process",
+        description="Search the parameters of a search file (e.g. sweeps/search_tiny.yaml) with optuna: K worker "
+        "processes share one study, each trial trains in a process of its own and may be pruned at a validation. "
+        "Ends with exactly N trials in the study, prints the best and writes <out>/<name>_best.yaml, a sweep file.",
+    )
+    parser.add_argument("search", help="search file, e.g. sweeps/search_tiny.yaml")
+    parser.add_argument("--trials", type=int, metavar="N", help="trials in the study in all (default: the file's budget)")
+    parser.add_argument("--storage", help="sqlite:///F.db, postgresql://..., journal:PATH or PATH.journal "
+                        "(default: sqlite:///<out>/<name>.db)")
+    parser.add_argument("--workers", type=int, default=1, metavar="K", help="trials at a time, each a worker process (default 1)")
+    parser.add_argument("--scale", help="scale preset (default: the file's scale)")
+    parser.add_argument("--out", default="runs/search", help="where the study, trial runs and best sweep go (default: runs/search)")
+    parser.add_argument("--sampler", choices=("tpe", "grid"), default="tpe",
+                        help="tpe (seeded, default) or grid (every combination of categorical choices, enqueued)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="fixed in every trial, e.g. --set train.max_steps=300")
+    parser.add_argument("--data", help=DATA_HELP)
+    parser.add_argument("--trial-timeout", type=float, metavar="SECONDS", help="stop and fail a trial that trains longer")
+    parser.set_defaults(handler=cmd_search)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,8 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     from .tables import add_table_parser
 
     add_table_parser(sub)
-    from .search import add_search_parser
-
     add_search_parser(sub)
     bench = sub.add_parser(
         "bench", help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",

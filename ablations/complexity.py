@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from .provenance import cpu_model
 from .records import write_atomic
 
 LAYERS = ("self-attention", "restricted self-attention", "recurrent", "convolutional")
@@ -386,13 +387,8 @@ def machine() -> dict[str, Any]:
 
     import torch
 
-    cpu_model = platform.processor() or platform.machine()
-    try:  # the same source as a run's `cpu_model` (ablations/train.py), so Table 2 can match them
-        cpu_model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu_model": cpu_model, "torch": torch.__version__, "python": platform.python_version(),
+    # cpu_model(): the same source as a run's `cpu_model`, so Table 2 can match them
+    return {"cpu_model": cpu_model(), "torch": torch.__version__, "python": platform.python_version(),
             "system": platform.system(), "cores": os.cpu_count()}
 
 

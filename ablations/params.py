@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from lightning_modules.flops import parameter_count
 
-from .sweep import load_sweep, paper_units, resolve, scales_for
+from .sweep import load_sweep, paper_units, resolve, scale_named
 
 
 def within_tolerance(params: int, paper_params_m: float) -> bool:
@@ -17,14 +17,11 @@ def within_tolerance(params: int, paper_params_m: float) -> bool:
 
 def parameter_table(sweep_path: str, vocab_size: int = 37000, scale: Optional[str] = None) -> list[dict[str, Any]]:
     sweep = load_sweep(sweep_path)
-    scales = scales_for(sweep_path) if scale else {}
-    if scale and scale not in scales:
-        raise ValueError(f"--scale {scale!r}: unknown; scales: {', '.join(scales)}")
+    preset = scale_named(sweep_path, scale) if scale else None
     rows = []
     for row in sweep.rows:
-        config = resolve(sweep, row, scales[scale], 0) if scale else paper_units(sweep, row)
-        model = config.model
-        params = parameter_count(model, vocab_size or config.data.vocab_size)
+        config = resolve(sweep, row, preset, 0) if preset else paper_units(sweep, row)
+        params = parameter_count(config.model, vocab_size or config.data.vocab_size)
         paper = row.paper.params_m
         rows.append({
             "row": row.id,

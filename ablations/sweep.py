@@ -259,6 +259,14 @@ def scales_for(sweep_path: str | Path) -> dict[str, Scale]:
     return load_scales(Path(sweep_path).parent / "scales.yaml")
 
 
+def scale_named(sweep_path: str | Path, name: str, where: str = "--scale") -> Scale:
+    """The scale preset `name` of the sweep's scales.yaml; an error naming the known ones when there is none."""
+    scales = scales_for(sweep_path)
+    if name not in scales:
+        raise ValueError(f"{where} {name!r}: unknown; scales: {', '.join(scales)}")
+    return scales[name]
+
+
 def paper_units(sweep: Sweep, row: Row) -> RunConfig:
     """The row exactly as the paper states it (full dimensions), validated."""
     values = apply_overrides(RunConfig().to_dict(), sweep.base, f"{sweep.path}: base")

@@ -15,16 +15,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Optional
-from urllib.parse import urlsplit
 
-DEFAULT_BASE_URL = "https://api.wandb.ai"
-PROBE_SECONDS = 5.0
+from .records import lock_holder, read_metrics, update_metrics
+from .tracking import base_url, probe
+
+PROBE_SECONDS = 5.0  # before uploading: more patient than the probe before a run (tracking.PROBE_SECONDS)
 RUN_URL = re.compile(r"https?://\S+/runs/[\w-]+")
 
 
@@ -37,24 +37,6 @@ def is_synced(run: Path) -> bool:
     """wandb writes `<file>.wandb.synced` beside each `.wandb` file it uploaded."""
     files = list(run.glob("*.wandb"))
     return bool(files) and all(f.with_suffix(".wandb.synced").exists() for f in files)
-
-
-def base_url() -> str:
-    return os.environ.get("WANDB_BASE_URL", "").strip() or DEFAULT_BASE_URL
-
-
-def probe(url: str, timeout: float = PROBE_SECONDS) -> Optional[str]:
-    """None if a TCP connection to the server opens within `timeout`; else why not."""
-    parts = urlsplit(url)
-    host = parts.hostname
-    if not host:
-        return f"cannot parse the server address {url!r}"
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as error:  # refused, unreachable, DNS failure, timeout
-        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def wandb_command() -> list[str]:
@@ -97,9 +79,6 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: no such directory")
-    from .launch import lock_holder
-    from .records import read_metrics, update_metrics
-
     runs = offline_runs(root)
     pending = [run for run in runs if not is_synced(run)]
     training = [run for run in pending if lock_holder(run.parent.parent) is not None]  # its .wandb file still grows
@@ -113,7 +92,7 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
     if not todo:
         return 0
     url = base_url()
-    problem = probe(url)
+    problem = probe(url, PROBE_SECONDS)
     if problem is not None:
         print(f"ablate sync: error: the wandb server {url} cannot be reached ({problem}); nothing synced. Sync from a "
               "machine with network access, or set WANDB_BASE_URL to your server.", file=sys.stderr, flush=True)

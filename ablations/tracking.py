@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+from urllib.parse import urlsplit
 
 from lightning_modules.config import RunConfig
 
 PROJECT = "attention-ablations"
+DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_SECONDS = 2.0  # a reachable server answers a TCP connect in far less
 INIT_TIMEOUT_SECONDS = 5.0  # a server that accepts connections but does not answer: wandb.init gives up after this
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -42,10 +45,27 @@ def _make_logger(run_dir: Path, config: RunConfig, meta: dict[str, Any], mode: s
     )
 
 
+def base_url() -> str:
+    """The wandb server: WANDB_BASE_URL, else wandb's own."""
+    return os.environ.get("WANDB_BASE_URL", "").strip() or DEFAULT_BASE_URL
+
+
+def probe(url: str, timeout: float) -> Optional[str]:
+    """None if a TCP connection to the server opens within `timeout`; else why not."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return f"cannot parse the server address {url!r}"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as error:  # refused, unreachable, DNS failure, timeout
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
 def online_problem() -> str | None:
     """None if the wandb server accepts a TCP connection (or a proxy stands between); else why not."""
-    from .sync import base_url, probe
-
     if any(os.environ.get(name) for name in PROXY_VARIABLES):
         return None  # the proxy decides; wandb.init's own timeout bounds the wait
     problem = probe(base_url(), timeout=PROBE_SECONDS)

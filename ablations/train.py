@@ -6,13 +6,11 @@ import io
 import logging
 import math
 import os
-import platform
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import lightning.pytorch as pl
 import torch
@@ -26,11 +24,11 @@ from lightning_modules.config import RunConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TranslationDataModule
 from lightning_modules.module import TranslationModule
 
-from .records import read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
-from .search import optuna_callbacks_from_env
+from .provenance import hardware
+from .records import LOG_TAIL_LINES, read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
 
 log = logging.getLogger("ablate")
-LOG_TAIL_LINES = 40
+REQUEUE_ENV = "ABLATE_REQUEUE"  # "submitit": train_run leaves requeueing to submitit (no Lightning auto-requeue)
 
 
 class StepProgress(pl.callbacks.ProgressBar):
@@ -68,40 +66,13 @@ class StepProgress(pl.callbacks.ProgressBar):
             self.bar = None
 
 
-def hardware() -> dict[str, Any]:
-    """What ran the run, for table headers: device, CPU model, threads, and the code's commit."""
-    cpu_model = platform.processor() or platform.machine()
-    try:
-        cpu_model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "cpu_model": cpu_model, "torch_threads": torch.get_num_threads(), "commit": code_commit(),
-        "torch_version": torch.__version__,
-    }
-
-
-def code_commit(directory: Path = Path(__file__).parent) -> Optional[str]:
-    """The git commit (short) of the code in `directory` (default: this package's), suffixed "+dirty" where tracked
-    files other than results/ (what the code writes, not the code) differ from it, so that a figure made with
-    uncommitted code says so; None outside a git checkout (an installed copy) or without git."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)results") else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def is_rank_zero() -> bool:
     """False in the extra ranks of a distributed run, read from the environment before any trainer exists.
 
     Lightning's DDP launcher re-executes the command with LOCAL_RANK >= 1 (NODE_RANK for other nodes); SLURM tasks
     have SLURM_PROCID; torchrun sets RANK. Rank 0 (the process that launches the others) has none of them set > 0.
+    Not Lightning's `rank_zero_only.rank`: it takes the first of RANK, LOCAL_RANK, SLURM_PROCID that is set and
+    never reads NODE_RANK, so the first process of a second node (LOCAL_RANK 0) would count as rank 0.
     """
     for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
         value = os.environ.get(key, "0").strip() or "0"
@@ -139,7 +110,7 @@ class GlobalTokenCount(pl.Callback):
 
 def cluster_plugins() -> list:
     """No Lightning auto-requeue where submitit requeues the job (`ablate sweep --launcher slurm`): never twice."""
-    if os.environ.get("ABLATE_REQUEUE") == "submitit":
+    if os.environ.get(REQUEUE_ENV) == "submitit":
         from lightning.pytorch.plugins.environments import SLURMEnvironment
 
         if SLURMEnvironment.detect():
@@ -184,9 +155,148 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
     return loggers
 
 
+def record_start(run_dir: Path, config: RunConfig, meta: dict[str, Any], devices: int, started: float,
+                 lead: bool) -> tuple[dict[str, Any], int]:
+    """The lead rank writes config.yaml and records the attempt `running`, clearing an earlier failure's fields.
+
+    Returns the record as it was before, and the attempt's number (1 for a first run): ranks >= 1 start after rank
+    0 recorded it, so they read the same number without adding one.
+    """
+    previous = read_metrics(run_dir) or {}
+    attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)
+    if lead:
+        write_config(run_dir, config, meta)
+        cleared = {key: None for key in ("reason", "log_tail", "failed_at", "diverged_step") if previous.get(key) is not None}  # an earlier failure's
+        update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started,
+                       devices=devices, **cleared)
+    return previous, attempt
+
+
+def make_data(config: RunConfig) -> TranslationDataModule:
+    """The run's data, prepared and set up for fitting (the corpus generated or read, BPE trained or cached)."""
+    data = TranslationDataModule(
+        config.data, seed=config.seed, max_positions=config.model.max_positions,
+        eval_max_sentences=config.eval.batch_sentences,
+    )
+    data.prepare_data()
+    data.setup("fit")
+    return data
+
+
+def resume_point(run_dir: Path, checkpoints: Path, previous: dict[str, Any], lead: bool) -> Optional[Path]:
+    """The checkpoint to resume from; damaged ones are moved away, said on stderr and kept in the record."""
+    # Ranks >= 1 start inside rank 0's fit, after it moved damaged checkpoints away: they find the same one.
+    resume_from, warnings = resume_checkpoint(checkpoints)
+    for warning in warnings:
+        log.warning("%s: %s", run_dir, warning)
+        print(f"ablate train: warning: {run_dir}: {warning}", file=sys.stderr, flush=True)
+    if warnings and lead:
+        update_metrics(run_dir, checkpoint_warnings=list(previous.get("checkpoint_warnings") or []) + warnings)
+    return resume_from
+
+
+def fit_trainer(config: RunConfig, run_dir: Path, loggers: list, callbacks: Sequence[pl.Callback], progress: bool,
+                devices: int, accelerator: str) -> pl.Trainer:
+    """The trainer that fits: step-based, periodic checkpoints written atomically, `callbacks` after its own."""
+    train_cfg = config.train
+    periodic = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints", filename="step-{step:07d}", auto_insert_metric_name=False,
+        every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
+        monitor="step", mode="max", save_last=True,
+    )
+    fit_callbacks: list = [periodic, GlobalTokenCount()]
+    if progress:
+        fit_callbacks.append(StepProgress(train_cfg.max_steps))
+    fit_callbacks += callbacks
+    return pl.Trainer(
+        accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto",
+        plugins=[*cluster_plugins(), AtomicCheckpointIO()],
+        max_steps=train_cfg.max_steps, max_epochs=-1,
+        max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
+        val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
+        check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        accumulate_grad_batches=train_cfg.accumulate_grad_batches,
+        gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
+        deterministic=True, use_distributed_sampler=False, logger=loggers,
+        callbacks=fit_callbacks, enable_progress_bar=progress, enable_model_summary=False,
+        default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
+    )
+
+
+def record_divergence(run_dir: Path, module: TranslationModule, started: float) -> dict[str, Any]:
+    """A run whose training loss was not finite: `diverged` at that step, with what it had trained."""
+    step, loss = module.diverged["step"], module.diverged["loss"]
+    return update_metrics(run_dir, status="diverged", diverged_step=step, steps=step - 1,
+                          reason=f"training loss {loss} at step {step}", train_tokens=module.train_tokens,
+                          train_seconds=module.train_seconds, wall_seconds=time.time() - started,
+                          diverged_at=time.time())
+
+
+def average_last(module: TranslationModule, config: RunConfig, checkpoints: Path) -> int:
+    """Load the mean of the last `eval.average_last` periodic checkpoints into `module`; how many were averaged."""
+    averaged = 0
+    if config.eval.average_last > 1:
+        paths = step_checkpoints(checkpoints)[-config.eval.average_last :]
+        if len(paths) > 1:
+            module.load_state_dict(average_checkpoints(paths))
+            averaged = len(paths)
+    return averaged
+
+
+def final_evaluation(module: TranslationModule, data: TranslationDataModule, config: RunConfig, run_dir: Path,
+                     loggers: list, attempt: int, accelerator: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Dev and test results of the trained (or averaged) model, its hypotheses written beside the record."""
+    module.bleu_limit = None
+    # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
+    evaluator = pl.Trainer(
+        accelerator=accelerator, devices=1, plugins=cluster_plugins(), precision=config.train.precision,
+        deterministic=True, use_distributed_sampler=False,
+        logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    )
+    evaluator.validate(module, datamodule=data, verbose=False)
+    evaluator.test(module, datamodule=data, verbose=False)
+    dev, test = module.results["dev"], module.results["test"]
+    write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
+    write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
+    return dev, test
+
+
+def result_metrics(config: RunConfig, module: TranslationModule, trainer: pl.Trainer, dev: dict[str, Any],
+                   test: dict[str, Any], averaged: int, started: float) -> dict[str, Any]:
+    """The finished run's record: dev and test scores, cost, and what ran it."""
+    train_seconds = module.train_seconds
+    wall = time.time() - started
+    return {
+        "dev_loss": dev["loss"], "dev_ppl": dev["ppl"],
+        "dev_bleu": dev.get("bleu"), "dev_bleu_tok": dev.get("bleu_tok"), "dev_chrf": dev.get("chrf"),
+        "test_loss": test["loss"], "test_ppl": test["ppl"],
+        "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"), "test_chrf": test.get("chrf"),
+        "sacrebleu_signature": test.get("sacrebleu_signature"), "bleu_tok_signature": test.get("bleu_tok_signature"),
+        "params": module.params, "steps": trainer.global_step, "train_tokens": module.train_tokens,
+        "train_seconds": train_seconds, "wall_seconds": wall,
+        "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
+        "averaged_checkpoints": averaged, "seed": config.seed,
+        "status": "done" if math.isfinite(dev["loss"]) else "diverged",
+        **hardware(),
+    }
+
+
+def record_failure(run_dir: Path, error: Exception) -> None:
+    """Record why before re-raising, so the folder says `failed` rather than a `running` nobody runs."""
+    try:
+        update_metrics(run_dir, status="failed", reason=f"{type(error).__name__}: {error}",
+                       log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())
+    except Exception:  # e.g. a full disk: the original error matters more
+        log.exception("could not record the failure of %s", run_dir)
+
+
 def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] = None, progress: bool = True,
-              devices: int = 1, accelerator: str = "auto") -> dict[str, Any]:
+              devices: int = 1, accelerator: str = "auto", callbacks: Sequence[pl.Callback] = ()) -> dict[str, Any]:
     """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one.
+
+    `callbacks` join the fit trainer's own (checkpointing, the token count, the progress bar): `ablate train`
+    passes a search trial's pruning callback there.
 
     `devices` > 1: Lightning DDP with that many ranks (`strategy="ddp"` re-executes the command for ranks >= 1;
     under SLURM the job's tasks are the ranks). The data module shards training batches by rank, so the global
@@ -197,112 +307,31 @@ def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] =
     meta = dict(meta or {})
     meta.setdefault("run_id", config.run_id())
     lead = is_rank_zero()
-    previous = read_metrics(run_dir) or {}
-    attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)  # ranks >= 1 start after rank 0 recorded it
     started = time.time()
-    if lead:
-        write_config(run_dir, config, meta)
-        cleared = {key: None for key in ("reason", "log_tail", "failed_at", "diverged_step") if previous.get(key) is not None}  # an earlier failure's
-        update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started,
-                       devices=devices, **cleared)
-
+    previous, attempt = record_start(run_dir, config, meta, devices, started, lead)
     try:
         pl.seed_everything(config.seed, workers=True, verbose=False)
-        data = TranslationDataModule(
-            config.data, seed=config.seed, max_positions=config.model.max_positions,
-            eval_max_sentences=config.eval.batch_sentences,
-        )
-        data.prepare_data()
-        data.setup("fit")
+        data = make_data(config)
         module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
         checkpoints = run_dir / "checkpoints"
-        train_cfg = config.train
-        periodic = ModelCheckpoint(
-            dirpath=checkpoints, filename="step-{step:07d}", auto_insert_metric_name=False,
-            every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
-            monitor="step", mode="max", save_last=True,
-        )
-        callbacks: list = [periodic, GlobalTokenCount()]
-        if progress:
-            callbacks.append(StepProgress(train_cfg.max_steps))
-        callbacks += optuna_callbacks_from_env()  # a trial of `ablate search`: report, maybe prune; else []
-        # Ranks >= 1 start inside rank 0's fit, after it moved damaged checkpoints away: they find the same one.
-        resume_from, warnings = resume_checkpoint(checkpoints)
-        for warning in warnings:
-            log.warning("%s: %s", run_dir, warning)
-            print(f"ablate train: warning: {run_dir}: {warning}", file=sys.stderr, flush=True)
-        if warnings and lead:
-            update_metrics(run_dir, checkpoint_warnings=list(previous.get("checkpoint_warnings") or []) + warnings)
+        resume_from = resume_point(run_dir, checkpoints, previous, lead)
         loggers = make_loggers(run_dir, config, meta, attempt)
-        trainer = pl.Trainer(
-            accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto",
-            plugins=[*cluster_plugins(), AtomicCheckpointIO()],
-            max_steps=train_cfg.max_steps, max_epochs=-1,
-            max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
-            val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
-            check_val_every_n_epoch=None, num_sanity_val_steps=0,
-            accumulate_grad_batches=train_cfg.accumulate_grad_batches,
-            gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
-            deterministic=True, use_distributed_sampler=False, logger=loggers,
-            callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=False,
-            default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
-        )
+        trainer = fit_trainer(config, run_dir, loggers, callbacks, progress, devices, accelerator)
         # weights_only: a checkpoint is data, never code (tensors, numbers, strings and containers only).
         trainer.fit(module, datamodule=data, ckpt_path=str(resume_from) if resume_from else None, weights_only=True)
-        train_seconds = module.train_seconds
         if not trainer.is_global_zero:
             return {}  # rank 0 evaluates and records
         if module.diverged is not None:
-            step, loss = module.diverged["step"], module.diverged["loss"]
-            return update_metrics(run_dir, status="diverged", diverged_step=step, steps=step - 1,
-                                  reason=f"training loss {loss} at step {step}", train_tokens=module.train_tokens,
-                                  train_seconds=train_seconds, wall_seconds=time.time() - started, diverged_at=time.time())
+            return record_divergence(run_dir, module, started)
         if trainer.world_size > 1 and torch.distributed.is_initialized():
             # Rank 0 evaluates alone: with the group still up, the evaluation waited on the departed ranks (a hang).
             torch.distributed.destroy_process_group()
-
-        averaged = 0
-        if config.eval.average_last > 1:
-            paths = step_checkpoints(checkpoints)[-config.eval.average_last :]
-            if len(paths) > 1:
-                module.load_state_dict(average_checkpoints(paths))
-                averaged = len(paths)
-        module.bleu_limit = None
-        # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
-        evaluator = pl.Trainer(
-            accelerator=accelerator, devices=1, plugins=cluster_plugins(), precision=train_cfg.precision, deterministic=True, use_distributed_sampler=False,
-            logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
-            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-        )
-        evaluator.validate(module, datamodule=data, verbose=False)
-        evaluator.test(module, datamodule=data, verbose=False)
-        dev, test = module.results["dev"], module.results["test"]
-        write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
-        write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
-        wall = time.time() - started
-        metrics = {
-            "dev_loss": dev["loss"], "dev_ppl": dev["ppl"],
-            "dev_bleu": dev.get("bleu"), "dev_bleu_tok": dev.get("bleu_tok"), "dev_chrf": dev.get("chrf"),
-            "test_loss": test["loss"], "test_ppl": test["ppl"],
-            "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"), "test_chrf": test.get("chrf"),
-            "sacrebleu_signature": test.get("sacrebleu_signature"), "bleu_tok_signature": test.get("bleu_tok_signature"),
-            "params": module.params, "steps": trainer.global_step, "train_tokens": module.train_tokens,
-            "train_seconds": train_seconds, "wall_seconds": wall,
-            "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
-            "averaged_checkpoints": averaged, "seed": config.seed,
-            "status": "done" if math.isfinite(dev["loss"]) else "diverged",
-            **hardware(),
-        }
-        return update_metrics(run_dir, **metrics)
+        averaged = average_last(module, config, checkpoints)
+        dev, test = final_evaluation(module, data, config, run_dir, loggers, attempt, accelerator)
+        return update_metrics(run_dir, **result_metrics(config, module, trainer, dev, test, averaged, started))
     except Exception as error:
-        # Record why before re-raising, so the folder says `failed` rather than a `running` nobody runs.
-        if not lead:
-            raise
-        try:
-            update_metrics(run_dir, status="failed", reason=f"{type(error).__name__}: {error}",
-                           log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())
-        except Exception:  # e.g. a full disk: the original error matters more
-            log.exception("could not record the failure of %s", run_dir)
+        if lead:
+            record_failure(run_dir, error)
         raise
     finally:
         finish_wandb(failed=isinstance(sys.exc_info()[1], Exception))

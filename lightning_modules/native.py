@@ -26,6 +26,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .cpuinfo import cpuinfo_lines
+
 SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("decoding.cpp", "dropout.cpp"))
 # -march=native: the vector width of this CPU (its binary is cached per CPU); no -ffast-math, whose finite-math
 # assumption would break the -inf handling. -fopenmp links libgomp.so.1, the runtime PyTorch has already loaded,
@@ -193,13 +195,5 @@ def _cache_directory() -> Path:
 
 def _cpu_identity() -> str:
     """What -march=native depends on: the CPU model and its instruction-set flags."""
-    identity = [platform.machine(), platform.processor()]
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags", "Features")):
-                identity.append(line)
-                if len(identity) >= 4:
-                    break
-    except OSError:
-        pass
-    return "\n".join(identity)
+    lines = [line for line in cpuinfo_lines() if line.startswith(("model name", "flags", "Features"))]
+    return "\n".join([platform.machine(), platform.processor(), *lines[:2]])

@@ -10,7 +10,7 @@ import torch
 
 from ablations import bench
 from ablations.bench import BenchOptions
-from ablations.train import code_commit
+from ablations.provenance import code_commit
 from lightning_modules import native
 from lightning_modules.config import ModelConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TokenBudgetBatchSampler

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from ablations import cli, launch, sync
-from ablations.records import read_config, read_metrics, update_metrics
+from ablations import cli, sync
+from ablations.launch import plan, processes, slurm
 from lightning_modules.data.generated import write_corpus
+from ablations.records import RunLock, lock_holder, read_config, read_metrics, update_metrics
 from test_sweep import folders, sweep_args, write_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -39,7 +40,7 @@ def slurm_args(path: Path, out: Path, *extra: str) -> list[str]:
 
 
 def submissions(out: Path) -> list[Path]:
-    return sorted((out / launch.SUBMITIT_FOLDER).rglob("*_submitted.pkl"))
+    return sorted((out / slurm.SUBMITIT_FOLDER).rglob("*_submitted.pkl"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def test_slurm_launcher_trains_a_job_array_and_a_rerun_submits_nothing(corpus, t
         config, meta = read_config(run_dir / "config.yaml")
         assert config.run_id() == run_dir.name.rsplit("-", 1)[1]
     # the same folders the local launcher uses
-    assert sorted(r.dir for r in launch.plan(path, "test", out=out)) == sorted(runs.values())
+    assert sorted(r.dir for r in plan.plan(path, "test", out=out)) == sorted(runs.values())
     before = submissions(out)
     assert len(before) == 2
 
@@ -85,10 +86,10 @@ def test_a_failing_job_is_recorded_with_wait(corpus, tmp_path, capsys):
 def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
     path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}})
     out = tmp_path / "runs"
-    queued, done, busy = (run.dir for run in launch.plan(path, "test", out=out))
+    queued, done, busy = (run.dir for run in plan.plan(path, "test", out=out))
     update_metrics(queued, status="pending", submitit_job=str(os.getpid()), submitit_cluster="local")  # an alive job
     update_metrics(done, status="done")
-    with launch.RunLock(busy) as lock:  # trained elsewhere right now
+    with RunLock(busy) as lock:  # trained elsewhere right now
         assert lock.acquire()
         lock.note("someone else\n")
         assert cli.main(slurm_args(path, out)) == 0
@@ -105,16 +106,16 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, t
     path = write_sweep(tmp_path, corpus, {"base": {}})
     out = tmp_path / "runs"
     sets = {"train.max_steps": 200, "train.checkpoint_every_steps": 10, "train.val_every_steps": 1000}
-    runs = launch.plan(path, "test", out=out, sets=sets)
-    todo = launch.select(runs)
-    executor = launch.make_executor(out / launch.SUBMITIT_FOLDER, launch.SlurmOptions(time_min=10, gpus_per_run=0, cluster="local"), "t")
-    (job,) = executor.map_array(launch.TrainJob(1, "cpu"), [str(todo[0].dir)])
+    runs = plan.plan(path, "test", out=out, sets=sets)
+    todo = plan.select(runs)
+    executor = slurm.make_executor(out / slurm.SUBMITIT_FOLDER, slurm.SlurmOptions(time_min=10, gpus_per_run=0, cluster="local"), "t")
+    (job,) = executor.map_array(slurm.TrainJob(1, "cpu"), [str(todo[0].dir)])
     run_dir = todo[0].dir
     deadline = time.time() + 120
     while not (run_dir / "checkpoints" / "last.ckpt").exists():  # wait for a first checkpoint
         assert time.time() < deadline and not job.done(), job.done() and job.stderr()
         time.sleep(0.2)
-    holder = launch.lock_holder(run_dir)
+    holder = lock_holder(run_dir)
     pid = int(holder.split(" pid ")[1].split()[0])
     os.kill(pid, signals.SIGUSR2)
     deadline = time.time() + 240
@@ -133,7 +134,7 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, t
 def test_the_job_is_picklable_and_checkpoints_as_a_resubmission():
     import submitit
 
-    job = launch.TrainJob(devices=2, accelerator="cpu")
+    job = slurm.TrainJob(devices=2, accelerator="cpu")
     again = pickle.loads(pickle.dumps(job))
     assert (again.devices, again.accelerator) == (2, "cpu")
     delayed = job.checkpoint("/some/run")
@@ -148,8 +149,8 @@ def test_executor_parameters(tmp_path, monkeypatch):
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    options = launch.SlurmOptions(partition="gpu", time_min=90, gpus_per_run=4, cpus_per_task=8, array_parallelism=3)
-    executor = launch.make_executor(tmp_path / "submitit", options, "ablate-test")
+    options = slurm.SlurmOptions(partition="gpu", time_min=90, gpus_per_run=4, cpus_per_task=8, array_parallelism=3)
+    executor = slurm.make_executor(tmp_path / "submitit", options, "ablate-test")
     assert executor.cluster == "slurm"
     params = executor._executor.parameters
     assert params["gpus_per_node"] == 4 and params["ntasks_per_node"] == 4  # one SLURM task (DDP rank) per GPU
@@ -183,16 +184,16 @@ def test_slurm_cli_errors(corpus, tmp_path, capsys):
 
 def test_slots_with_several_gpus_per_run(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    slots = launch.make_slots(2, cores=range(8), gpus=["0", "1", "2", "3"], gpus_per_run=2)
+    slots = processes.make_slots(2, cores=range(8), gpus=["0", "1", "2", "3"], gpus_per_run=2)
     assert [(s.gpu, s.devices, s.threads) for s in slots] == [("0,1", 2, 4), ("2,3", 2, 4)]
-    argv = launch.slot_command(slots[0], Path("c.yaml"), Path("r"))
+    argv = processes.slot_command(slots[0], Path("c.yaml"), Path("r"))
     assert argv[-2:] == ["--devices", "2"]
-    cpu = launch.make_slots(1, cores=range(4), gpus=[], gpus_per_run=2)[0]
+    cpu = processes.make_slots(1, cores=range(4), gpus=[], gpus_per_run=2)[0]
     assert (cpu.gpu, cpu.devices, cpu.threads) == (None, 2, 2)  # two CPU processes share the slot's 4 cores
-    assert launch.slot_command(cpu, Path("c.yaml"), Path("r"))[-4:] == ["--devices", "2", "--accelerator", "cpu"]
-    assert launch.slot_command(launch.make_slots(1, cores=[0], gpus=[])[0], Path("c.yaml"), Path("r"))[-2:] == ["--run-dir", "r"]
+    assert processes.slot_command(cpu, Path("c.yaml"), Path("r"))[-4:] == ["--devices", "2", "--accelerator", "cpu"]
+    assert processes.slot_command(processes.make_slots(1, cores=[0], gpus=[])[0], Path("c.yaml"), Path("r"))[-2:] == ["--run-dir", "r"]
     with pytest.raises(ValueError, match="only 1 GPU"):
-        launch.make_slots(1, cores=[0], gpus=["0"], gpus_per_run=2)
+        processes.make_slots(1, cores=[0], gpus=["0"], gpus_per_run=2)
 
 
 def test_rank_detection(monkeypatch):
@@ -234,7 +235,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
 
     budget, steps = 256, 6
     path = write_sweep(tmp_path, corpus, {"base": {"P_drop": 0.0}})
-    (run,) = launch.plan(path, "test", out=tmp_path / "runs")
+    (run,) = plan.plan(path, "test", out=tmp_path / "runs")
     from ablations.records import write_config
 
     write_config(tmp_path / "base", run.spec.config, run.meta)
@@ -335,7 +336,7 @@ def test_sync_skips_a_run_still_training(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     run = tmp_path / "s" / "t" / "c-s0-cccc"
     fake_offline_run(run, "cccc")
-    with launch.RunLock(run) as lock:
+    with RunLock(run) as lock:
         assert lock.acquire()
         assert cli.main(["sync", str(tmp_path)]) == 0
     assert "1 still training (skipped), 0 to sync" in capsys.readouterr().out
@@ -352,7 +353,7 @@ def test_a_synced_run_records_its_wandb_address(tmp_path, monkeypatch, capsys):
                     "print(f'Syncing: http://wandb.test/team/attention-ablations/runs/bbbb ... done.')\n"
                     "for f in run.glob('*.wandb'): f.with_suffix('.wandb.synced').write_text('')\n")
     monkeypatch.setattr(sync, "wandb_command", lambda: [sys.executable, str(fake)])
-    monkeypatch.setattr(sync, "probe", lambda url: None)
+    monkeypatch.setattr(sync, "probe", lambda url, timeout: None)
     assert sync.sync_runs(tmp_path) == 0
     assert "http://wandb.test/team/attention-ablations/runs/bbbb" in capsys.readouterr().out
     record = read_metrics(run_dir)

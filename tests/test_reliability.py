@@ -34,13 +34,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ablations import cli, launch
-from ablations.records import read_config, read_metrics, update_metrics, write_config
+from ablations import cli
+from ablations.launch import plan, processes
+from lightning_modules.data.generated import write_corpus
+from ablations.records import lock_holder, read_config, read_metrics, update_metrics, write_config
 from ablations.train import train_run
 from lightning_modules.checkpoints import checkpoint_problem, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import CorpusError, check_corpus, resolve_splits
-from lightning_modules.data.generated import write_corpus
 from test_sweep import FAKE_TRAIN, folders, sweep_args, write_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -53,7 +54,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.usefixtures("one_thread")]
 PAUSE_DRIVER = r"""
 import os, sys, time
 import lightning.pytorch as pl
-from ablations import cli, train
+from ablations import cli
 
 class Pause(pl.Callback):
     def __init__(self, step, marker):
@@ -71,7 +72,7 @@ def callbacks():
         return []
     return [Pause(int(os.environ["RELIABILITY_PAUSE_STEP"]), os.environ["RELIABILITY_MARKER"])]
 
-train.optuna_callbacks_from_env = callbacks
+cli.train_callbacks = callbacks
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -221,8 +222,8 @@ def test_sweep_killed_mid_run_reruns_to_completion_without_loss_or_duplicates(co
     sets = ["--set", "train.max_steps=8", "--set", "train.checkpoint_every_steps=4", "--set", "eval.beam_size=1",
             "--set", "eval.max_len_offset=5"]
     marker = tmp_path / "paused"
-    driver = (f"from ablations import cli, launch\n"
-              f"launch.train_command = lambda config, run_dir: [{sys.executable!r}, '-c', {PAUSE_DRIVER!r}, 'train', "
+    driver = (f"from ablations import cli\nfrom ablations.launch import processes\n"
+              f"processes.train_command = lambda config, run_dir: [{sys.executable!r}, '-c', {PAUSE_DRIVER!r}, 'train', "
               f"'--config', str(config), '--run-dir', str(run_dir)]\n"
               f"raise SystemExit(cli.main({sweep_args(path, out, '--workers', '1', *sets)!r}))\n")
     env = child_env(RELIABILITY_PAUSE_ROW="nopos", RELIABILITY_PAUSE_STEP="6", RELIABILITY_MARKER=str(marker))
@@ -245,7 +246,7 @@ def test_sweep_killed_mid_run_reruns_to_completion_without_loss_or_duplicates(co
         before = {name: (run / "metrics.json").read_bytes() for name, run in runs.items() if name in ("base-s0", "unstable-s0")}
 
         deadline = time.time() + 30
-        while launch.lock_holder(runs["nopos-s0"]) is not None:  # the kernel releases the killed trainer's lock
+        while lock_holder(runs["nopos-s0"]) is not None:  # the kernel releases the killed trainer's lock
             assert time.time() < deadline, "the killed trainer's lock is still held"
             time.sleep(0.05)
         assert cli.main(sweep_args(path, out, "--workers", "1", *sets)) == 1  # 1: one run diverged
@@ -293,17 +294,14 @@ def test_a_non_finite_loss_stops_the_run_as_diverged_at_its_step(corpus, cache, 
 def test_a_crash_in_training_is_recorded_as_failed_with_its_log_tail(corpus, cache, reliability, tmp_path, monkeypatch):
     import lightning.pytorch as pl
 
-    import ablations.train as train
-
     class Crash(pl.Callback):
         def on_train_batch_end(self, trainer, *args):
             if trainer.global_step == 3:
                 raise RuntimeError("injected crash at step 3")
 
-    monkeypatch.setattr(train, "optuna_callbacks_from_env", lambda: [Crash()])
     with reliability.fault("crash in training"):
         with pytest.raises(RuntimeError, match="injected crash"):
-            train_run(run_config(corpus, cache), tmp_path / "run", progress=False)
+            train_run(run_config(corpus, cache), tmp_path / "run", progress=False, callbacks=[Crash()])
         record = read_metrics(tmp_path / "run")
         assert record["status"] == "failed" and record["reason"] == "RuntimeError: injected crash at step 3", record
         assert record["log_tail"][-1] == "RuntimeError: injected crash at step 3" and any("Traceback" in line for line in record["log_tail"])
@@ -311,8 +309,8 @@ def test_a_crash_in_training_is_recorded_as_failed_with_its_log_tail(corpus, cac
 
 def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(corpus, reliability, tmp_path, monkeypatch, capsys):
     """Training processes that exit with an error and that die of SIGKILL (stand-ins, as in test_sweep)."""
-    monkeypatch.setattr(launch, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"crash": {}, "killed": {"positional": "none"}, "base": {"P_drop": 0.2}})
     out = tmp_path / "runs"
     with reliability.fault("crashed process"), reliability.fault("killed process"):
@@ -330,11 +328,9 @@ def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(corpus, r
 # --------------------------------------------------------------------------------------------------
 
 
-def interrupted_run(corpus: Path, cache: Path, run_dir: Path, monkeypatch, at_step: int) -> RunConfig:
+def interrupted_run(corpus: Path, cache: Path, run_dir: Path, at_step: int) -> RunConfig:
     """A 12-step run that crashes right after step `at_step`, leaving its checkpoints behind."""
     import lightning.pytorch as pl
-
-    import ablations.train as train
 
     class Stop(pl.Callback):
         def on_train_batch_end(self, trainer, *args):
@@ -342,10 +338,8 @@ def interrupted_run(corpus: Path, cache: Path, run_dir: Path, monkeypatch, at_st
                 raise RuntimeError(f"stopped at step {at_step}")
 
     config = run_config(corpus, cache)
-    with monkeypatch.context() as patch:
-        patch.setattr(train, "optuna_callbacks_from_env", lambda: [Stop()])
-        with pytest.raises(RuntimeError, match="stopped at step"):
-            train_run(config, run_dir, progress=False)
+    with pytest.raises(RuntimeError, match="stopped at step"):
+        train_run(config, run_dir, progress=False, callbacks=[Stop()])
     return config
 
 
@@ -382,7 +376,7 @@ def test_a_damaged_checkpoint_is_detected_and_the_run_falls_back(corpus, cache, 
     run_dir = tmp_path / "run"
     marker = tmp_path / "executed"
     with reliability.fault(f"damaged checkpoint ({damage})"):
-        interrupted_run(corpus, cache, run_dir, monkeypatch, at_step=10)
+        interrupted_run(corpus, cache, run_dir, at_step=10)
         checkpoints = run_dir / "checkpoints"
         assert [p.name for p in step_checkpoints(checkpoints)] == ["step-0000004.ckpt", "step-0000008.ckpt"]
         last, step4, step8 = checkpoints / "last.ckpt", checkpoints / "step-0000004.ckpt", checkpoints / "step-0000008.ckpt"
@@ -566,9 +560,9 @@ def test_concurrent_writers_never_corrupt_or_lose_a_record(tmp_path, reliability
     with reliability.fault("concurrent writers"):
         thread.start()
         try:
-            processes = [subprocess.Popen([sys.executable, "-c", WRITER, str(shared), str(sweep / f"own-{w}"), str(w), str(count)],
-                                          cwd=ROOT, env=child_env()) for w in range(workers)]
-            assert [p.wait(timeout=120) for p in processes] == [0] * workers
+            writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(shared), str(sweep / f"own-{w}"), str(w), str(count)],
+                                        cwd=ROOT, env=child_env()) for w in range(workers)]
+            assert [p.wait(timeout=120) for p in writers] == [0] * workers
         finally:
             stop.set()
             thread.join()
@@ -628,8 +622,8 @@ def test_unsafe_yaml_and_shell_metacharacters_are_inert(corpus, reliability, tmp
     with reliability.fault("unsafe YAML tag"):
         assert cli.main(["train", "--config", str(evil), "--print-config"]) == 2
         assert not marker.exists()
-    monkeypatch.setattr(launch, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"base": {}})
     out = tmp_path / f"runs; touch {marker} $(touch {marker}) `touch {marker}` '\""
     with reliability.fault("shell metacharacters in paths"):
@@ -745,16 +739,16 @@ def test_fuzzed_sweep_files_are_accepted_or_rejected_naming_the_field(corpus, tm
         path, name = mutation
         out = tmp_path / "runs"
 
-        def plan() -> bool:
+        def plan_ok() -> bool:
             try:
-                launch.plan(path, "test", out=out)
+                plan.plan(path, "test", out=out)
             except ValueError as error:
                 assert str(error).startswith(str(path)) or "--scale" in str(error), error
                 assert name in str(error), f"the message does not name {name!r}: {error}"
                 return False
             return True
 
-        reliability.fuzz("sweep file", plan)
+        reliability.fuzz("sweep file", plan_ok)
 
     check()
 

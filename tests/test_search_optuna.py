@@ -9,7 +9,6 @@ trains for real; one runs against PostgreSQL when ABLATE_TEST_POSTGRES_URL is se
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import subprocess
@@ -23,10 +22,14 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from ablations import search as S
+from ablations import cli
+from ablations.search import command
+from ablations.search.spec import load_search
+from ablations.search.study import PRUNED_EXIT, create_study, load_study, open_storage, storage_spec
+from ablations.search.trial import OptunaPruning, TrialPruned, optuna_callbacks_from_env
+from lightning_modules.data.generated import write_corpus
 from ablations.records import read_metrics
 from ablations.sweep import load_sweep, resolve, scales_for
-from lightning_modules.data.generated import write_corpus
 from test_sweep import write_sweep as write_test_sweep
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -48,7 +51,7 @@ with open(os.path.join(run_dir, "child.json"), "w") as f:
     json.dump({k: os.environ.get(k) for k in ("ABLATE_OPTUNA_STORAGE", "ABLATE_OPTUNA_STUDY", "ABLATE_OPTUNA_TRIAL",
                                               "OMP_NUM_THREADS")}, f)
 if "report" in behaviour:
-    from ablations.search import report_and_check, trial_from_env
+    from ablations.search.trial import report_and_check, trial_from_env
     trial, monitor = trial_from_env()
     assert monitor == "dev/loss", monitor
     for step in (1, 2, 3):
@@ -70,9 +73,9 @@ def fake_command(config_path: Path, run_dir: Path) -> list[str]:
 
 @pytest.fixture
 def fake_train(monkeypatch):
-    monkeypatch.setattr(S, "train_command", fake_command)
+    monkeypatch.setattr(command, "train_command", fake_command)
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setattr("ablations.launch.visible_gpus", lambda: [])
+    monkeypatch.setattr("ablations.launch.processes.visible_gpus", lambda: [])
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +109,7 @@ def write_search(root: Path, corpus: Path, name: str = "s", **fields) -> Path:
 
 
 def trials_of(storage: str, name: str) -> list:
-    return S.load_study(storage, name).get_trials(deepcopy=False)
+    return load_study(storage, name).get_trials(deepcopy=False)
 
 
 def check_exact(trials: list, n: int) -> None:
@@ -125,19 +128,19 @@ def check_exact(trials: list, n: int) -> None:
 
 
 def test_the_shipped_search_file_loads():
-    search = S.load_search(ROOT / "sweeps" / "search_tiny.yaml")
+    search = load_search(ROOT / "sweeps" / "search_tiny.yaml")
     assert (search.sweep.name, search.row.id, search.scale.name) == ("table3", "base", "tiny")
     assert (search.metric, search.direction, search.monitor, search.budget) == ("dev_bleu", "maximize", "dev/bleu", 8)
     assert [p.target for p in search.params] == ["train.warmup_steps", "train.lr_scale", "model.P_drop", "train.eps_ls"]
     config = search.config({"train.warmup_steps": 123, "train.lr_scale": 0.5, "P_drop": 0.05, "eps_ls": 0.0})
     assert (config.train.warmup_steps, config.train.lr_scale, config.model.P_drop, config.train.eps_ls) == (123, 0.5, 0.05, 0.0)
     assert config.model.d_model == 64 and config.train.max_steps == 500  # the tiny scale still applies
-    small = S.load_search(ROOT / "sweeps" / "search_tiny.yaml", scale="small", sets={"data.path": "/corpus"})
+    small = load_search(ROOT / "sweeps" / "search_tiny.yaml", scale="small", sets={"data.path": "/corpus"})
     assert small.scale.name == "small" and small.config({}).data.path == "/corpus"
     with pytest.raises(ValueError, match="data.path = None: expected a corpus directory"):
-        S.load_search(ROOT / "sweeps" / "search_tiny.yaml", scale="small")  # validated before anything starts
+        load_search(ROOT / "sweeps" / "search_tiny.yaml", scale="small")  # validated before anything starts
     with pytest.raises(ValueError, match="--set P_drop: params.P_drop searches that field"):
-        S.load_search(ROOT / "sweeps" / "search_tiny.yaml", sets={"P_drop": 0.2})
+        load_search(ROOT / "sweeps" / "search_tiny.yaml", sets={"P_drop": 0.2})
 
 
 @pytest.mark.parametrize("change, message", [
@@ -166,7 +169,7 @@ def test_the_shipped_search_file_loads():
 def test_bad_search_files_are_rejected_naming_the_field(corpus, tmp_path, fake_train, change, message):
     path = write_search(tmp_path, corpus, **change)
     with pytest.raises(ValueError) as error:
-        S.run_search(path, trials=2, out=tmp_path / "out")
+        command.run_search(path, trials=2, out=tmp_path / "out")
     assert message in str(error.value)
     assert not (tmp_path / "out").exists()  # nothing created, nothing trained
 
@@ -177,28 +180,28 @@ def test_bad_command_lines_are_rejected_before_anything_runs(corpus, tmp_path, f
                             ({"storage": "nowhere"}, "--storage 'nowhere'"), ({"workers": 0}, "--workers 0"),
                             ({"trials": 0}, "--trials 0"), ({"sampler": "cmaes"}, "--sampler 'cmaes'")]:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            S.run_search(path, out=tmp_path / "out", **{"trials": 2, **kwargs})
+            command.run_search(path, out=tmp_path / "out", **{"trials": 2, **kwargs})
     assert not (tmp_path / "out").exists()
 
 
 def test_storage_strings():
     out = Path("/srv/o")
-    assert S.storage_spec(None, out, "s") == "sqlite:////srv/o/s.db"
-    assert S.storage_spec("journal:/x/s.log", out, "s") == "journal:/x/s.log"
-    assert S.storage_spec("/x/s.journal", out, "s") == "journal:/x/s.journal"
-    assert S.storage_spec("postgresql://u:p@localhost:5432/db", out, "s") == "postgresql://u:p@localhost:5432/db"
-    assert S.storage_spec("sqlite:///rel.db", out, "s") == f"sqlite:///{Path('rel.db').absolute()}"
+    assert storage_spec(None, out, "s") == "sqlite:////srv/o/s.db"
+    assert storage_spec("journal:/x/s.log", out, "s") == "journal:/x/s.log"
+    assert storage_spec("/x/s.journal", out, "s") == "journal:/x/s.journal"
+    assert storage_spec("postgresql://u:p@localhost:5432/db", out, "s") == "postgresql://u:p@localhost:5432/db"
+    assert storage_spec("sqlite:///rel.db", out, "s") == f"sqlite:///{Path('rel.db').absolute()}"
 
 
 def test_the_cli_parser():
     parser = argparse.ArgumentParser(prog="ablate")
-    S.add_search_parser(parser.add_subparsers(dest="command", required=True))
+    cli.add_search_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["search", "sweeps/search_tiny.yaml", "--trials", "3", "--workers", "2",
                               "--storage", "x.journal", "--sampler", "grid", "--scale", "tiny", "--out", "o",
                               "--set", "train.max_steps=50", "--data", "/d"])
     assert (args.search, args.trials, args.workers, args.storage, args.sampler, args.scale, args.out) == (
         "sweeps/search_tiny.yaml", 3, 2, "x.journal", "grid", "tiny", "o")
-    assert args.handler is S.cmd_search and args.set == ["train.max_steps=50"] and args.data == "/d"
+    assert args.handler is cli.cmd_search and args.set == ["train.max_steps=50"] and args.data == "/d"
     defaults = parser.parse_args(["search", "f.yaml"])
     assert (defaults.trials, defaults.workers, defaults.storage, defaults.sampler, defaults.out) == (None, 1, None, "tpe", "runs/search")
 
@@ -212,7 +215,7 @@ def test_two_workers_on_a_journal_file_run_exactly_n_trials(corpus, tmp_path, fa
     path = write_search(tmp_path, corpus)
     out, journal = tmp_path / "out", tmp_path / "shared" / "s.journal"
     started = time.time()
-    assert S.run_search(path, trials=7, storage=str(journal), workers=2, out=out) == 0
+    assert command.run_search(path, trials=7, storage=str(journal), workers=2, out=out) == 0
     elapsed = time.time() - started
     storage = "journal:" + str(journal)
     trials = trials_of(storage, "s")
@@ -221,12 +224,12 @@ def test_two_workers_on_a_journal_file_run_exactly_n_trials(corpus, tmp_path, fa
     workers = {t.user_attrs["worker_pid"] for t in trials}
     assert len(workers) == 2  # both workers ran trials
     # The trial's config is the row's config with the params applied, and the child got the study's address.
-    search = S.load_search(path)
+    search = load_search(path)
     for trial in trials:
         run = Path(trial.user_attrs["run_dir"])
         child = json.loads((run / "child.json").read_text())
         assert child["ABLATE_OPTUNA_STORAGE"] == storage and child["ABLATE_OPTUNA_STUDY"] == "s"
-        assert int(child["ABLATE_OPTUNA_TRIAL"]) == trial._trial_id and child["OMP_NUM_THREADS"] == "1"
+        assert int(child["ABLATE_OPTUNA_TRIAL"]) == trial.number and child["OMP_NUM_THREADS"] == "1"
         assert run.name == f"trial-{trial.number}-{search.config(trial.params).run_id()}"
         assert read_metrics(run)["dev_loss"] == pytest.approx(trial.value)
     best = min(trials, key=lambda t: t.value)
@@ -237,14 +240,14 @@ def test_two_workers_on_a_journal_file_run_exactly_n_trials(corpus, tmp_path, fa
     print(f"\n7 stand-in trials with 2 workers on a journal file: {elapsed:.1f} s")
 
     # Running it again continues the same study: N counts every trial in it.
-    assert S.run_search(path, trials=7, storage=str(journal), workers=2, out=out) == 0
+    assert command.run_search(path, trials=7, storage=str(journal), workers=2, out=out) == 0
     check_exact(trials_of(storage, "s"), 7)
-    assert S.run_search(path, trials=9, storage=str(journal), workers=2, out=out) == 0
+    assert command.run_search(path, trials=9, storage=str(journal), workers=2, out=out) == 0
     check_exact(trials_of(storage, "s"), 9)
     # A different search space in the same study is refused.
     changed = write_search(tmp_path, corpus, params={"P_drop": {"type": "float", "low": 0.0, "high": 0.2}})
     with pytest.raises(ValueError, match="exists with a different params"):
-        S.run_search(changed, trials=10, storage=str(journal), out=out)
+        command.run_search(changed, trials=10, storage=str(journal), out=out)
 
 
 def check_best_sweep(path: Path, search, best) -> None:
@@ -260,11 +263,11 @@ def check_best_sweep(path: Path, search, best) -> None:
 def test_two_workers_on_sqlite_run_exactly_n_trials(corpus, tmp_path, fake_train):
     path = write_search(tmp_path, corpus, name="sq", metric="dev_bleu")
     out = tmp_path / "out"
-    assert S.run_search(path, trials=6, workers=2, out=out) == 0
+    assert command.run_search(path, trials=6, workers=2, out=out) == 0
     trials = trials_of(f"sqlite:///{out / 'sq.db'}", "sq")
     check_exact(trials, 6)
     best = max((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
-    check_best_sweep(out / "sq_best.yaml", S.load_search(path), best)
+    check_best_sweep(out / "sq_best.yaml", load_search(path), best)
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -278,8 +281,8 @@ def test_a_pruned_trial_is_recorded_pruned(corpus, tmp_path, fake_train, monkeyp
     path = write_search(tmp_path, corpus, name=name, params={"eps_ls": {"type": "categorical", "choices": [0.0, 0.2]},
                                                              "positional": {"type": "categorical", "choices": ["sinusoidal"]}})
     out = tmp_path / "out"
-    assert S.run_search(path, trials=5, out=out, sampler="grid", storage=url) == 0  # the grid has 2 points: 2 trials
-    trials = sorted(trials_of(S.storage_spec(url, out, name), name), key=lambda t: t.number)
+    assert command.run_search(path, trials=5, out=out, sampler="grid", storage=url) == 0  # the grid has 2 points: 2 trials
+    trials = sorted(trials_of(storage_spec(url, out, name), name), key=lambda t: t.number)
     check_exact(trials, 2)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
     assert [t.params["eps_ls"] for t in trials] == [0.0, 0.2]
@@ -290,14 +293,14 @@ def test_a_pruned_trial_is_recorded_pruned(corpus, tmp_path, fake_train, monkeyp
     assert "pruned by optuna at step 1" in trials[1].user_attrs["reason"]
     assert load_sweep(out / f"{name}_best.yaml").base["eps_ls"] == 0.0
     if storage == "postgres":
-        optuna.delete_study(study_name=name, storage=S.open_storage(url))
+        optuna.delete_study(study_name=name, storage=open_storage(url))
 
 
 def test_failed_trials_are_recorded_and_counted(corpus, tmp_path, fake_train, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_BEHAVIOUR", "crash")
     path = write_search(tmp_path, corpus, params={"eps_ls": {"type": "categorical", "choices": [0.0, 0.1, 0.2]}})
     out = tmp_path / "out"
-    assert S.run_search(path, trials=3, out=out, sampler="grid", workers=2) == 0
+    assert command.run_search(path, trials=3, out=out, sampler="grid", workers=2) == 0
     trials = sorted(trials_of(f"sqlite:///{out / 's.db'}", "s"), key=lambda t: t.params["eps_ls"])
     check_exact(trials, 3)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.FAIL]
@@ -310,15 +313,15 @@ def test_failed_trials_are_recorded_and_counted(corpus, tmp_path, fake_train, mo
 def test_a_trial_whose_worker_is_gone_is_failed_when_a_search_starts(corpus, tmp_path, fake_train):
     path = write_search(tmp_path, corpus)
     out = tmp_path / "out"
-    search = S.load_search(path)
-    storage = S.storage_spec(None, out, "s")
-    study = S.create_study(search, storage, "tpe")
+    search = load_search(path)
+    storage = storage_spec(None, out, "s")
+    study = create_study(search, storage, "tpe")
     orphan = study.ask(search.distributions())
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     orphan.set_user_attr("host", __import__("socket").gethostname())
     orphan.set_user_attr("worker_pid", dead.pid)
-    assert S.run_search(path, trials=3, out=out) == 0
+    assert command.run_search(path, trials=3, out=out) == 0
     trials = sorted(trials_of(storage, "s"), key=lambda t: t.number)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
     assert trials[0].user_attrs["reason"].startswith("stale")
@@ -329,7 +332,7 @@ def test_the_lightning_callback_reports_at_the_global_step_and_stops_a_pruned_tr
     first = study.ask()
     first.report(1.0, 10)
     study.tell(first, 1.0)
-    callback = S.OptunaPruning(study.ask(), "dev/loss")
+    callback = OptunaPruning(study.ask(), "dev/loss")
     broadcasts = []
     strategy = SimpleNamespace(broadcast=lambda value: broadcasts.append(value) or value)
 
@@ -342,55 +345,29 @@ def test_the_lightning_callback_reports_at_the_global_step_and_stops_a_pruned_tr
     callback.on_validation_end(trainer(0, 9.0, sanity=True), None)  # sanity check: nothing reported
     callback.on_validation_end(trainer(5, 3.0), None)  # no other trial reported at step 5: kept
     callback.on_validation_end(trainer(7, None), None)  # metric missing: nothing reported, no stop
-    with pytest.raises(S.TrialPruned) as stopped:
+    with pytest.raises(TrialPruned) as stopped:
         callback.on_validation_end(trainer(10, 5.0), None)  # its best (3.0) is worse than trial 0 at step 10 (1.0)
-    assert stopped.value.code == S.PRUNED_EXIT and isinstance(stopped.value, SystemExit)
+    assert stopped.value.code == PRUNED_EXIT and isinstance(stopped.value, SystemExit)
     assert not isinstance(stopped.value, Exception)  # train_run's `except Exception` does not record it as failed
     assert callback.trial.study.trials[1].intermediate_values == {5: 3.0, 10: 5.0}
     assert broadcasts == [False, False, True]
-    assert S.optuna_callbacks_from_env({}) == []
+    assert optuna_callbacks_from_env({}) == []
 
 
 # --------------------------------------------------------------------------------------------------
 # Real training, PostgreSQL
 # --------------------------------------------------------------------------------------------------
 
-# Until train_run adds `optuna_callbacks_from_env()` to its callbacks, real trials go through this shim: the
-# training process adds the callback to the fit Trainer itself.
-SHIM = r"""
-import sys
-import lightning.pytorch as pl
-from ablations.search import optuna_callbacks_from_env
-Trainer = pl.Trainer
-class WithPruning(Trainer):
-    def __init__(self, *args, callbacks=None, **kwargs):
-        if callbacks is not None:  # the fit trainer (the final evaluator has none)
-            callbacks = list(callbacks) + optuna_callbacks_from_env()
-        super().__init__(*args, callbacks=callbacks, **kwargs)
-pl.Trainer = WithPruning
-from ablations.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def shim_command(config_path: Path, run_dir: Path) -> list[str]:
-    return [sys.executable, "-c", SHIM, "train", "--config", str(config_path), "--run-dir", str(run_dir)]
-
-
 @pytest.mark.slow
 def test_a_real_search_of_two_trials_one_pruned(corpus, tmp_path, monkeypatch, capsys):
     """Real training (5 steps, validation at step 3): a grid of lr_scale 1.0 then 0.01; the second trial learns
     almost nothing by step 3, worse than the first there, and the median pruner stops it (exit 77)."""
-    from ablations import train
-
-    monkeypatch.setattr("ablations.launch.visible_gpus", lambda: [])
-    if "optuna_callbacks_from_env" not in inspect.getsource(train.train_run):
-        monkeypatch.setattr(S, "train_command", shim_command)
+    monkeypatch.setattr("ablations.launch.processes.visible_gpus", lambda: [])
     path = write_search(tmp_path, corpus, name="real", metric="dev_loss",
                         params={"train.lr_scale": {"type": "categorical", "choices": [1.0, 0.01]}})
     out = tmp_path / "out"
     started = time.time()
-    assert S.run_search(path, trials=2, out=out, sampler="grid") == 0
+    assert command.run_search(path, trials=2, out=out, sampler="grid") == 0
     elapsed = time.time() - started
     trials = sorted(trials_of(f"sqlite:///{out / 'real.db'}", "real"), key=lambda t: t.number)
     check_exact(trials, 2)
@@ -402,7 +379,7 @@ def test_a_real_search_of_two_trials_one_pruned(corpus, tmp_path, monkeypatch, c
     pruned = read_metrics(Path(trials[1].user_attrs["run_dir"]))
     assert pruned["status"] == "failed" and pruned["pruned"] and "pruned by optuna at step 3" in pruned["reason"]
     assert not (Path(trials[1].user_attrs["run_dir"]) / "test.hyp").exists()  # stopped before the final evaluation
-    check_best_sweep(out / "real_best.yaml", S.load_search(path), trials[0])
+    check_best_sweep(out / "real_best.yaml", load_search(path), trials[0])
     print(f"\n2 real trials: {elapsed:.1f} s; intermediate values {[t.intermediate_values for t in trials]}; "
           f"final {trials[0].value:.4f}")
 
@@ -415,11 +392,11 @@ def test_two_workers_on_postgresql(corpus, tmp_path, fake_train):
     name = f"pg{os.getpid()}_{int(time.time())}"  # a fresh study each time
     path = write_search(tmp_path, corpus, name=name)
     started = time.time()
-    assert S.run_search(path, trials=8, storage=url, workers=2, out=tmp_path / "out") == 0
+    assert command.run_search(path, trials=8, storage=url, workers=2, out=tmp_path / "out") == 0
     elapsed = time.time() - started
     trials = trials_of(url, name)
     check_exact(trials, 8)
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert len({t.user_attrs["worker_pid"] for t in trials}) == 2
     print(f"\n8 stand-in trials with 2 workers on PostgreSQL: {elapsed:.1f} s")
-    optuna.delete_study(study_name=name, storage=S.open_storage(url))
+    optuna.delete_study(study_name=name, storage=open_storage(url))

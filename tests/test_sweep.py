@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablations import cli, launch
-from ablations.records import read_config, read_metrics, update_metrics
-from ablations.sweep import expand, load_sweep, scales_for
+from ablations import cli
+from ablations.launch import local, plan, processes
 from lightning_modules.data.generated import write_corpus
+from ablations.records import RunLock, folder_status, read_config, read_metrics, update_metrics
+from ablations.sweep import expand, load_sweep, scales_for
 from lightning_modules.flops import parameter_count, training_flops
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -60,7 +61,7 @@ def write_sweep(root: Path, corpus: Path, rows: dict[str, dict], seeds=(0,)) -> 
 # A stand-in for `ablate train --config C --run-dir D`: records like train_run, behaviour chosen by the row id.
 FAKE_TRAIN = r"""
 import json, os, signal, sys, time
-from ablations.launch import pin_cpus_from_env
+from ablations.launch.processes import pin_cpus_from_env
 from ablations.records import read_config, update_metrics
 pin_cpus_from_env()
 config, meta = read_config(sys.argv[1])
@@ -91,8 +92,8 @@ update_metrics(run_dir, status="done", dev_ppl=1.0)
 
 @pytest.fixture
 def fake_train(monkeypatch):
-    monkeypatch.setattr(launch, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
 
 
 def sweep_args(path: Path, out: Path, *extra: str) -> list[str]:
@@ -139,7 +140,7 @@ def test_expansion_is_pure_and_stable(corpus, tmp_path):
     assert len({run_id for _, _, run_id in first}) == 4  # rows and seeds differ in id
     config = expand(sweep, scale, seeds=[0], rows=["base"])[0].config
     assert (config.model.N, config.model.d_model, config.model.head_dim_k, config.train.max_steps) == (1, 32, 4, 5)
-    launch_plan = launch.plan(path, "test", seeds=[0, 1], out=tmp_path / "runs")
+    launch_plan = plan.plan(path, "test", seeds=[0, 1], out=tmp_path / "runs")
     assert [r.spec.run_id for r in launch_plan] == [run_id for _, _, run_id in first]
     assert not (tmp_path / "runs").exists()
 
@@ -178,20 +179,20 @@ def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
     path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}},
                        seeds=(0, 1))
     out = tmp_path / "runs"
-    specs = launch.plan(path, "test", out=out)
+    specs = plan.plan(path, "test", out=out)
     done, busy, stale = specs[0].dir, specs[1].dir, specs[2].dir
     update_metrics(done, status="done")
     update_metrics(busy, status="running")
     update_metrics(stale, status="running")
-    with launch.RunLock(busy) as lock:
+    with RunLock(busy) as lock:
         assert lock.acquire()
         assert cli.main(sweep_args(path, out, "--dry-run")) == 0
-        assert launch.folder_status(busy) == "running" and launch.folder_status(stale) == "stale"
+        assert folder_status(busy) == "running" and folder_status(stale) == "stale"
     text = capsys.readouterr().out
     for spec in specs:
         assert spec.spec.run_id in text
     assert "done" in text and "running" in text and "stale" in text and "pending" in text
-    params, tokens, flops = launch.estimates(specs[0], {})
+    params, tokens, flops = local.estimates(specs[0], {})
     config = specs[0].spec.config
     assert params == parameter_count(config.model, config.data.vocab_size)
     assert tokens == 5 * 512 and flops == training_flops(config.model, config.data.vocab_size, tokens)
@@ -213,7 +214,7 @@ def test_runs_two_at_a_time_then_skips_finished_runs(corpus, tmp_path, fake_trai
         assert meta["row"] == name.split("-s")[0] and config.run_id() == run_dir.name.rsplit("-", 1)[1]
         assert "fake training" in (run_dir / "train.log").read_text()
         children[name] = json.loads((run_dir / "child.json").read_text())
-    cores = launch.available_cores()
+    cores = processes.available_cores()
     for child in children.values():
         env = child["env"]
         assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(min(max(1, len(cores) // 2), int(os.environ.get("OMP_NUM_THREADS", "99"))))
@@ -296,7 +297,7 @@ def test_failures_are_recorded_and_the_others_finish(corpus, tmp_path, fake_trai
 def test_a_run_locked_elsewhere_is_skipped(corpus, tmp_path, fake_train, capsys):
     path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}})
     out = tmp_path / "runs"
-    busy = launch.plan(path, "test", rows=["base"], out=out)[0].dir
+    busy = plan.plan(path, "test", rows=["base"], out=out)[0].dir
     busy.mkdir(parents=True)
     with open(busy / ".lock", "w") as handle:  # another sweep (or `ablate train`) holds this run
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,29 +318,30 @@ def test_sigterm_stops_the_children_and_they_resume(corpus, tmp_path, fake_train
     path = write_sweep(tmp_path, corpus, {"stop": {}, "base": {}})
     out = tmp_path / "runs"
     started = time.time()
-    code = launch.run_sweep(path, "test", workers=2, out=out, grace=10)
+    code = local.run_sweep(path, "test", workers=2, out=out, grace=10)
     assert code == 128 + signal.SIGTERM and time.time() - started < 10  # the child died at once on SIGTERM
     run = folders(out)["stop-s0"]
     pid = json.loads((run / "child.json").read_text())["pid"]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert read_metrics(run)["status"] == "running" and launch.folder_status(run) == "stale"
+    assert read_metrics(run)["status"] == "running" and folder_status(run) == "stale"
     assert "stopped" in capsys.readouterr().out
     monkeypatch.setenv("FAKE_NO_STOP", "1")
-    assert launch.run_sweep(path, "test", workers=2, out=out) == 0  # the stale run resumes
+    assert local.run_sweep(path, "test", workers=2, out=out) == 0  # the stale run resumes
     assert "resumed" in capsys.readouterr().out and read_metrics(run)["status"] == "done"
 
 
 def test_slots_share_cores_and_gpus(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    slots = launch.make_slots(2, cores=range(8), gpus=["0", "1", "2"])
+    slots = processes.make_slots(2, cores=range(8), gpus=["0", "1", "2"])
     assert [(s.cores, s.threads, s.gpu) for s in slots] == [((0, 1, 2, 3), 4, "0"), ((4, 5, 6, 7), 4, "1")]
-    slots = launch.make_slots(3, cores=[0, 1], gpus=[])
+    slots = processes.make_slots(3, cores=[0, 1], gpus=[])
     assert [(s.cores, s.threads, s.gpu) for s in slots] == [((0,), 1, None), ((1,), 1, None), ((0,), 1, None)]
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert launch.make_slots(1, cores=range(8), gpus=["3"])[0].threads == 2
-    env = launch.child_env(launch.make_slots(1, cores=range(8), gpus=["3"])[0], Path("/r"))
+    assert processes.make_slots(1, cores=range(8), gpus=["3"])[0].threads == 2
+    env = processes.child_env(processes.make_slots(1, cores=range(8), gpus=["3"])[0], {"ABLATE_RUN_LOCKED": "/r"})
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["ABLATE_CPUS"] == "0,1,2,3,4,5,6,7"
+    assert env["ABLATE_RUN_LOCKED"] == "/r"
 
 
 def test_the_live_view_renders(corpus, tmp_path):
@@ -348,13 +350,13 @@ def test_the_live_view_renders(corpus, tmp_path):
     from rich.console import Console
 
     path = write_sweep(tmp_path, corpus, {"base": {}})
-    runs = launch.plan(path, "test", out=tmp_path / "runs")
-    launcher = launch.Launcher(runs, launch.make_slots(1, cores=[0], gpus=[]))
+    runs = plan.plan(path, "test", out=tmp_path / "runs")
+    launcher = local.Launcher(runs, processes.make_slots(1, cores=[0], gpus=[]))
     runs[0].state, runs[0].started = "running", time.time() - 65
     # One finished run of the same cost took 185 s: this one, 65 s in, has 120 s left.
     launcher.finished_flops, launcher.finished_seconds = launcher.flops[id(runs[0])], 185.0
     buffer = io.StringIO()
-    view = launch.View(launcher, live=True, console=Console(file=buffer, force_terminal=True, width=120))
+    view = local.View(launcher, live=True, console=Console(file=buffer, force_terminal=True, width=120))
     with view:
         view.event(runs[0], "started")
     text = buffer.getvalue()
@@ -363,8 +365,8 @@ def test_the_live_view_renders(corpus, tmp_path):
 
 def test_costliest_runs_start_first_and_the_eta_weighs_runs_by_cost(corpus, tmp_path):
     path = write_sweep(tmp_path, corpus, {"base": {}, "wide": {"d_model": 1024, "d_ff": 4096}, "deep": {"N": 8}})
-    runs = launch.plan(path, "test", out=tmp_path / "runs")
-    launcher = launch.Launcher(runs, launch.make_slots(2, cores=[0, 1], gpus=[]))
+    runs = plan.plan(path, "test", out=tmp_path / "runs")
+    launcher = local.Launcher(runs, processes.make_slots(2, cores=[0, 1], gpus=[]))
     order = [run.spec.row for run in launcher.longest_first(runs)]
     costs = [launcher.flops[id(run)] for run in launcher.longest_first(runs)]
     assert costs == sorted(costs, reverse=True) and order[-1] == "base"

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ablations.records import read_config, read_metrics
-from ablations.train import code_commit, train_run
+from ablations.provenance import code_commit
+from ablations.train import train_run
 from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data.generated import write_corpus

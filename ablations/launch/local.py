@@ -1,0 +1,360 @@
+"""`ablate sweep` on this machine: the launcher that trains K runs at a time, its dry run and its live view."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
+from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select
+from .processes import (GRACE_SECONDS, LOG_FILE, Slot, child_env, default_workers, describe_exit, log_tail, make_slots,
+                        signal_group, slot_command)
+from .slurm import SlurmOptions, submit_sweep
+
+POLL_SECONDS = 0.2
+
+
+# --------------------------------------------------------------------------------------------------
+# Dry run
+# --------------------------------------------------------------------------------------------------
+
+
+def human(value: float, unit: str = "") -> str:
+    for factor, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}{unit}"
+    return f"{value:.3g}{unit}"
+
+
+def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
+    """(parameters, training tokens per side, training FLOPs as lightning_modules.flops counts them)."""
+    from lightning_modules.flops import parameter_count, training_flops
+
+    config = run.spec.config
+    train = config.train
+    tokens = train.max_steps * config.data.batch_tokens * train.accumulate_grad_batches
+    key = (config.model, config.data.vocab_size, tokens)
+    if key not in cache:
+        cache[key] = (parameter_count(config.model, config.data.vocab_size),
+                      training_flops(config.model, config.data.vocab_size, float(tokens)))
+    params, flops = cache[key]
+    return params, tokens, flops
+
+
+def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    first = runs[0].spec if runs else None
+    title = f"{first.sweep} at scale {first.scale}: {len(runs)} runs under {out}" if first else "no runs"
+    table = Table(title=title)
+    for column in ("row", "seed", "run id", "status", "params", "tokens", "FLOPs"):
+        table.add_column(column, justify="left" if column in ("row", "run id", "status") else "right", no_wrap=True)
+    cache: dict = {}
+    todo_flops = total_flops = 0.0
+    counts: dict[str, int] = {}
+    for run in runs:
+        status = folder_status(run.dir)
+        counts[status] = counts.get(status, 0) + 1
+        params, tokens, flops = estimates(run, cache)
+        total_flops += flops
+        if status != "done":
+            todo_flops += flops
+        table.add_row(run.spec.row, str(run.spec.seed), run.spec.run_id, status, human(params), human(tokens), f"{flops:.2e}")
+    console.print(table)
+    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
+                  f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (counted: 3 × forward)")
+    if slots:
+        slot = slots[0]
+        gpus = sorted({s.gpu for s in slots if s.gpu is not None})
+        console.print(f"{len(slots)} worker(s), {slot.threads} thread(s) and {len(slot.cores)} core(s) each"
+                      + (f", GPUs {','.join(gpus)}" if gpus else ", no GPU"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Status view
+# --------------------------------------------------------------------------------------------------
+
+
+def duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+
+
+class View:
+    """A live rich table on a terminal; one line per state change otherwise (logs, CI, pipes)."""
+
+    def __init__(self, launcher: "Launcher", live: Optional[bool] = None, console: Any = None) -> None:
+        self.launcher = launcher
+        self.live_mode = sys.stdout.isatty() if live is None else live
+        self.console = console
+        self.live = None
+
+    def __enter__(self) -> "View":
+        if self.live_mode:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.console = self.console or Console()
+            self.live = Live(self.render(), console=self.console, refresh_per_second=2, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.update(self.render())
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def summary(self) -> str:
+        counts = self.launcher.counts()
+        text = " · ".join(f"{counts[s]} {s}" for s in ("done", "running", "failed", "diverged", "pending", "elsewhere", "stopped") if counts.get(s))
+        eta = self.launcher.eta()
+        return f"{text} · ETA {duration(eta)}" if eta is not None else text
+
+    def render(self):
+        from rich.table import Table
+
+        launcher = self.launcher
+        table = Table(title=f"ablate sweep {launcher.name}: {self.summary()}", title_justify="left")
+        for column in ("run", "run id", "state", "elapsed", "slot", "note"):
+            table.add_column(column, no_wrap=column != "note")
+        shown = [r for r in launcher.runs if r.state == "running"]
+        shown += [r for r in launcher.runs if r.state in ("failed", "diverged", "elsewhere", "stopped")]
+        shown += [r for r in launcher.runs if r.state == "done" and r.started is not None][-5:]
+        for run in shown:
+            slot = "" if run.slot is None else f"{run.slot.index}" + (f" gpu {run.slot.gpu}" if run.slot.gpu is not None else "")
+            table.add_row(run.label, run.spec.run_id, run.state, duration(run.elapsed), slot, run.note)
+        return table
+
+    def event(self, run: Run, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        line = f"[{stamp}] {run.label} ({run.spec.run_id}) {text}"
+        if self.live is not None:
+            self.console.print(line, markup=False, highlight=False)
+            self.live.update(self.render())
+        else:
+            print(f"{line} | {self.summary()}", flush=True)
+
+    def refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self.render())
+
+
+# --------------------------------------------------------------------------------------------------
+# Launcher
+# --------------------------------------------------------------------------------------------------
+
+
+class Launcher:
+    def __init__(self, runs: list[Run], slots: list[Slot], retry_failed: bool = False, live: Optional[bool] = None,
+                 grace: float = GRACE_SECONDS) -> None:
+        self.runs = runs
+        self.slots = slots
+        self.retry_failed = retry_failed
+        self.grace = grace
+        self.name = f"{runs[0].spec.sweep} at {runs[0].spec.scale}" if runs else ""
+        self.view = View(self, live)
+        self.signals: list[int] = []
+        self.launched = 0
+        cache: dict = {}
+        self.flops = {id(run): estimates(run, cache)[2] for run in runs}  # the cost model behind order and ETA
+        self.finished_flops = self.finished_seconds = 0.0
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.state] = counts.get(run.state, 0) + 1
+        return counts
+
+    def eta(self) -> Optional[float]:
+        """Seconds per FLOP of the runs finished here x FLOPs left (running runs: less what they have done) / workers.
+
+        Runs differ in cost by more than 10x (the big row against N=2), so a mean duration per run misleads.
+        """
+        if not self.finished_flops:
+            return None
+        rate = self.finished_seconds / self.finished_flops
+        left = 0.0
+        for run in self.runs:
+            if run.state == "pending":
+                left += self.flops[id(run)] * rate
+            elif run.state == "running":
+                left += max(self.flops[id(run)] * rate - (run.elapsed or 0.0), 0.0)
+        return left / len(self.slots)
+
+    def longest_first(self, runs: list[Run]) -> list[Run]:
+        """The costliest runs start first, so that no long run starts last while the other workers sit idle."""
+        return sorted(runs, key=lambda run: -self.flops[id(run)])
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+
+    # -- one run -----------------------------------------------------------------------------------
+
+    def _start(self, run: Run, slot: Slot) -> bool:
+        """Lock, re-check and start a run; False (and a reported state) when it is not to be trained."""
+        lock = claim(run, self.retry_failed)
+        if lock is None:
+            self.view.event(run, f"skipped: running elsewhere ({run.note})" if run.state == "elsewhere" else f"skipped: {run.state}")
+            return False
+        argv = slot_command(slot, run.dir / CONFIG_FILE, run.dir)
+        with open(run.dir / LOG_FILE, "ab") as log:
+            log.write(f"\n=== ablate sweep {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} slot {slot.index} "
+                      f"cores {','.join(map(str, slot.cores))} gpu {slot.gpu}: {shlex.join(argv)}\n".encode())
+            log.flush()
+            try:
+                process = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env=child_env(slot, {LOCKED_ENV: str(run.dir)}),
+                    start_new_session=True, pass_fds=(lock.fd,),
+                )
+            except OSError as error:
+                lock.release()
+                self._record_failure(run, f"could not start: {error}", None)
+                self.view.event(run, f"failed: {run.note}")
+                return False
+        lock.note(f"ablate sweep pid {os.getpid()}, train pid {process.pid} on {socket.gethostname()}\n")
+        run.process, run.lock, run.slot = process, lock, slot
+        run.started, run.ended, run.state = time.time(), None, "running"
+        self.launched += 1
+        self.view.event(run, f"started on slot {slot.index} (cores {','.join(map(str, slot.cores))}"
+                             + (f", gpu {slot.gpu})" if slot.gpu is not None else ")") + (f" [{run.note}]" if run.note else ""))
+        return True
+
+    def _record_failure(self, run: Run, reason: str, code: Optional[int]) -> None:
+        record = read_metrics(run.dir) or {}
+        values: dict[str, Any] = {"status": "failed", "exit": reason, "failed_at": time.time()}
+        if record.get("status") == "failed" and record.get("reason"):
+            values["reason"] = f"{record['reason']} ({reason})"  # the exception train_run recorded
+        else:
+            values["reason"] = reason
+        if not (record.get("status") == "failed" and record.get("log_tail")):
+            values["log_tail"] = log_tail(run.dir / LOG_FILE)
+        update_metrics(run.dir, **values)
+        run.state, run.note = "failed", values["reason"]
+
+    def _finish(self, run: Run, code: int) -> None:
+        run.ended = time.time()
+        record = read_metrics(run.dir) or {}
+        status = record.get("status")
+        if status in ("done", "diverged"):
+            run.state = status
+            run.note = "" if status == "done" else record.get("reason") or "loss not finite"
+            self.finished_seconds += run.ended - run.started
+            self.finished_flops += self.flops[id(run)]
+        else:
+            self._record_failure(run, describe_exit(code) if code else f"exit code 0 with status {status!r}", code)
+        if run.lock is not None:
+            run.lock.release()
+        self.view.event(run, f"{run.state} after {duration(run.elapsed)}" + (f": {run.note}" if run.state == "failed" else ""))
+
+    def _stop(self) -> None:
+        """Stop every training process (SIGTERM to its process group, SIGKILL after the grace period)."""
+        active = [r for r in self.runs if r.state == "running" and r.process is not None]
+        first = len(self.signals)
+        for run in active:
+            signal_group(run.process, signal.SIGTERM)
+        deadline = time.time() + self.grace
+        while any(r.process.poll() is None for r in active):
+            if time.time() > deadline or len(self.signals) > first:  # out of time, or a second Ctrl-C
+                for run in active:
+                    if run.process.poll() is None:
+                        signal_group(run.process, signal.SIGKILL)
+                break
+            time.sleep(0.1)
+        for run in active:
+            run.process.wait()
+            run.ended = time.time()
+            run.state, run.note = "stopped", "resumes next time"
+            if run.lock is not None:
+                run.lock.release()
+            self.view.event(run, "stopped; it resumes from its last checkpoint next time")
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        queue: deque[Run] = deque(self.longest_first(select(self.runs, self.retry_failed)))
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handlers[signum] = signal.signal(signum, self._on_signal)
+        free = list(self.slots)
+        try:
+            with self.view:
+                print_skipped(self.runs, self.retry_failed)
+                while (queue or len(free) < len(self.slots)) and not self.signals:
+                    while queue and free and not self.signals:
+                        if self._start(queue[0], free[0]):
+                            free.pop(0)
+                        queue.popleft()
+                    for run in self.runs:
+                        if run.state == "running" and run.process is not None:
+                            code = run.process.poll()
+                            if code is not None:
+                                self._finish(run, code)
+                                free.append(run.slot)
+                                free.sort(key=lambda s: s.index)
+                    self.view.refresh()
+                    time.sleep(POLL_SECONDS)
+                if self.signals:
+                    self._stop()
+        except BaseException:  # the launcher itself broke: do not leave training processes behind unwatched
+            self._stop()
+            raise
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            for run in self.runs:
+                if run.lock is not None:
+                    run.lock.release()
+        return self._report()
+
+    def _report(self) -> int:
+        code = report(self.runs, self.name, self.launched)
+        return 128 + self.signals[0] if self.signals else code
+
+
+def run_sweep(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
+              workers: Optional[int] = None, out: str | Path = "runs", sets: Optional[dict[str, Any]] = None,
+              dry_run: bool = False, retry_failed: bool = False, live: Optional[bool] = None,
+              grace: float = GRACE_SECONDS, gpus_per_run: int = 1, slurm: Optional[SlurmOptions] = None,
+              wait: bool = False, reuse: bool = True) -> int:
+    """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
+
+    With `reuse`, a run never started takes the record of a done run with the same id elsewhere under `out`.
+
+    With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`).
+    """
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: expected a positive integer")
+    runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
+    if reuse and not dry_run:
+        for run, twin in reuse_finished_twins(runs, Path(out)):
+            print(f"{run.label} ({run.spec.run_id}) reuses the finished run {twin} (same resolved config)", flush=True)
+    if slurm is not None:
+        if dry_run:
+            print_plan(runs, Path(out), [])
+            return 0
+        return submit_sweep(runs, slurm, Path(out), retry_failed=retry_failed, wait=wait)
+    slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
+    if dry_run:
+        print_plan(runs, Path(out), slots)
+        return 0
+    return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace).run()

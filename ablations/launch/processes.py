@@ -1,0 +1,181 @@
+"""The training processes of runs and trials: slots of cores and GPUs, each process's command, environment, log
+tail and stop. Shared by the local launcher (`ablate sweep`) and the search workers (`ablate search`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from ..records import LOG_TAIL_LINES
+
+LOG_FILE = "train.log"  # <run>/train.log: the training process's stdout and stderr, appended attempt by attempt
+# How long a stopped training process gets to exit before SIGKILL, in `ablate sweep` and `ablate search` alike.
+# One that exits at once is not kept waiting, so a long bound costs nothing; it lets a trainer finish writing a
+# checkpoint (a big model's, on a slow or network file system) rather than lose it.
+GRACE_SECONDS = 30.0
+CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1": the cores `ablate train` pins itself to
+
+
+def pin_cpus_from_env() -> None:
+    """`ablate train` under the launcher: keep to the cores named in ABLATE_CPUS (Linux only)."""
+    spec = os.environ.get(CPUS_ENV, "").strip()
+    if not spec or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        os.sched_setaffinity(0, {int(c) for c in spec.split(",") if c.strip()})
+    except (ValueError, OSError) as error:
+        print(f"ablate train: warning: cannot pin to cores {spec!r} ({error}); using all", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One place for a training process to run: its cores and threads, its GPUs, and its DDP ranks."""
+
+    index: int
+    cores: tuple[int, ...]
+    threads: int
+    gpu: Optional[str]  # CUDA_VISIBLE_DEVICES of the slot's run: "0", or "0,1" with --gpus-per-run 2
+    devices: int = 1  # processes (DDP ranks) per run: --gpus-per-run
+
+
+def available_cores() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries; [] without CUDA."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken CUDA install must not stop CPU sweeps
+        count = 0
+    if not count:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [d.strip() for d in visible.split(",") if d.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Optional[Sequence[str]] = None,
+               gpus_per_run: int = 1) -> list[Slot]:
+    """K slots, each with cores // K cores of its own (at least one; shared when K > cores) and G GPUs.
+
+    With G > 1 (`--gpus-per-run`) a slot's GPUs are a group of G (`"0,1"`), groups dealt round-robin; without CUDA
+    the run uses G CPU processes (DDP over gloo) and each gets the slot's threads // G. An OMP_NUM_THREADS set in
+    the launcher's environment caps the threads per run.
+    """
+    if gpus_per_run < 1:
+        raise ValueError(f"--gpus-per-run {gpus_per_run}: expected a positive integer")
+    cores = list(available_cores() if cores is None else cores)
+    gpus = list(visible_gpus() if gpus is None else gpus)
+    if gpus and len(gpus) < gpus_per_run:
+        raise ValueError(f"--gpus-per-run {gpus_per_run}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
+    groups = [",".join(gpus[g * gpus_per_run:(g + 1) * gpus_per_run]) for g in range(len(gpus) // gpus_per_run)]
+    share = max(1, len(cores) // workers)
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
+    if not groups:  # G CPU processes share the slot's cores
+        threads = max(1, threads // gpus_per_run)
+    slots = []
+    for i in range(workers):
+        own = cores[i * share:(i + 1) * share] if workers <= len(cores) else [cores[i % len(cores)]]
+        slots.append(Slot(i, tuple(own), threads, groups[i % len(groups)] if groups else None, gpus_per_run))
+    return slots
+
+
+def default_workers(gpus_per_run: int = 1) -> int:
+    return max(1, len(visible_gpus()) // gpus_per_run)
+
+
+def train_command(config_path: Path, run_dir: Path) -> list[str]:
+    """The training process of one run (an argv list: no shell)."""
+    return [sys.executable, "-m", "ablations.cli", "train", "--config", str(config_path), "--run-dir", str(run_dir)]
+
+
+def slot_command(slot: Slot, config_path: Path, run_dir: Path) -> list[str]:
+    """train_command, asking for the slot's G devices (Lightning DDP inside the run) when G > 1."""
+    argv = train_command(config_path, run_dir)
+    if slot.devices > 1:
+        argv += ["--devices", str(slot.devices)] + ([] if slot.gpu is not None else ["--accelerator", "cpu"])
+    return argv
+
+
+def child_env(slot: Slot, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The environment of a training process in `slot`: its threads, its cores (ABLATE_CPUS, applied by `ablate
+    train`) and GPUs, wandb offline unless set, unbuffered output; then `extra`."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(slot.threads)
+    if sys.platform.startswith("linux") and slot.cores:
+        env[CPUS_ENV] = ",".join(str(c) for c in slot.cores)
+    if slot.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    env.setdefault("WANDB_MODE", "offline")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last non-empty lines of a log (read from its last 64 KiB), for a failed run's record."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 64 * 1024))
+            text = handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    rows = [row.rstrip() for row in text.replace("\r", "\n").split("\n")]
+    return [row for row in rows if row.strip()][-lines:]
+
+
+def describe_exit(code: int) -> str:
+    """A process's exit status in words: "exit code 3", "killed by signal SIGKILL"."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def signal_group(process: subprocess.Popen, signum: int) -> None:
+    """Signal the process group a training process leads (started with start_new_session), else the process."""
+    try:
+        os.killpg(process.pid, signum)  # the run's process group: the trainer and anything it started
+    except (ProcessLookupError, PermissionError):
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def stop_group(process: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
+    """Stop one training process: SIGTERM to its process group, SIGKILL if it is still there after `grace` s."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        signal_group(process, signum)
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id exists on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,41 @@
+"""What made a result, for records and table headers: the code's commit, the CPU and the device."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Optional
+
+from lightning_modules.cpuinfo import cpu_field
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows of it."""
+    return cpu_field("model name") or platform.processor() or platform.machine()
+
+
+def hardware() -> dict[str, Any]:
+    """What ran the run, for table headers: device, CPU model, threads, and the code's commit."""
+    import torch
+
+    return {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "cpu_model": cpu_model(), "torch_threads": torch.get_num_threads(), "commit": code_commit(),
+        "torch_version": torch.__version__,
+    }
+
+
+def code_commit(directory: Path = Path(__file__).parent) -> Optional[str]:
+    """The git commit (short) of the code in `directory` (default: this package's), suffixed "+dirty" where tracked
+    files other than results/ (what the code writes, not the code) differ from it, so that a figure made with
+    uncommitted code says so; None outside a git checkout (an installed copy) or without git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)results") else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
