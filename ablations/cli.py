@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)")
     average.add_argument("--output", required=True, help="file to write the averaged weights to")
     average.set_defaults(handler=cmd_average)
-    from .tables import add_table_parser
+    from .report import add_table_parser
 
     add_table_parser(sub)
     from .search import add_search_parser

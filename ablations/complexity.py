@@ -514,7 +514,7 @@ def render_timings_csv(m: Measurement) -> str:
 
 def record_sustained(m: Measurement, out: Path) -> Path:
     """Merge this machine's one-thread figure into `<out>/sustained_flops.json`, keyed as Table 2 looks it up."""
-    from .cost import SUSTAINED_FILE, read_sustained
+    from .report.table2 import SUSTAINED_FILE, read_sustained
 
     path = out / SUSTAINED_FILE
     entries = dict(read_sustained(out))

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ablations.cost import PAPER, SUSTAINED_FILE, counted_training_flops, multiply_adds_per_token, paper_method_flops
-from ablations.plots import pyplot, read_curves, draw_delta_bleu
 from ablations.records import write_atomic
-from ablations.tables import build_table, write_outputs
+from ablations.report import write_outputs
+from ablations.report.collect import read_curves
+from ablations.report.plots import draw_delta_bleu, pyplot
+from ablations.report.table2 import (PAPER, SUSTAINED_FILE, counted_training_flops, multiply_adds_per_token,
+                                     paper_method_flops)
+from ablations.report.table3 import build_table
 from lightning_modules.config import ModelConfig
 from test_tables import BAD, GOOD, done, write_project, write_run
 

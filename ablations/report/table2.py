@@ -22,20 +22,18 @@ Checked against the paper: 12 h × 8 P100 × 9.5 TFLOPS = 3.3·10¹⁸ (base) an
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from lightning_modules.config import ModelConfig
 
-from .records import write_renderings
-
-if TYPE_CHECKING:
-    from .tables import RowResult, RunRecord, Table
+from ..records import write_renderings
+from .collect import RunRecord
+from .render import csv_text, escape_tex, fixed, markdown_table, tex_row, tex_table
+from .table3 import RowResult, Table
 
 ROWS = ("base", "big")
 SUSTAINED_FILE = "sustained_flops.json"
@@ -167,13 +165,13 @@ def scaled_mean(values: list[Optional[float]], factor: float) -> Optional[float]
     return None if value is None else value * factor
 
 
-def training_seconds(run: "RunRecord") -> Optional[float]:
+def training_seconds(run: RunRecord) -> Optional[float]:
     """Training time, evaluation excluded as in the paper's 12 hours; the wall time where a run lacks it."""
     seconds = run.metrics.get("train_seconds", run.metrics.get("wall_seconds"))
     return None if seconds is None else float(seconds)
 
 
-def run_paper_method(run: "RunRecord", sustained: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
+def run_paper_method(run: RunRecord, sustained: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
     seconds = training_seconds(run)
     device = run_device(run.metrics, sustained)
     if seconds is None or device.flops_per_second is None:
@@ -181,12 +179,12 @@ def run_paper_method(run: "RunRecord", sustained: Mapping[str, Mapping[str, Any]
     return paper_method_flops(seconds, device.count, device.flops_per_second)
 
 
-def run_counted(run: "RunRecord") -> Optional[float]:
+def run_counted(run: RunRecord) -> Optional[float]:
     tokens = run.metrics.get("train_tokens")
     return None if tokens is None else counted_training_flops(run.spec.config.model, float(tokens))
 
 
-def cost_row(result: "RowResult", sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:
+def cost_row(result: RowResult, sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:
     done = result.done
     devices = sorted({run_device(run.metrics, sustained) for run in done}, key=repr)
     return CostRow(
@@ -210,7 +208,7 @@ class CostTable:
     notes: tuple[str, ...]
 
 
-def build_cost_table(table: "Table", out: str | Path) -> Optional[CostTable]:
+def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
     """Table 2 for the table's scale, or None when the sweep lacks a `base` or a `big` row."""
     results = {result.row.id: result for result in table.rows}
     if not all(row in results for row in ROWS):
@@ -240,15 +238,11 @@ def build_cost_table(table: "Table", out: str | Path) -> Optional[CostTable]:
     return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes))
 
 
-def sci(value: Optional[float]) -> str:
+def sci(value: Optional[float], digits: int = 2) -> str:
     if value is None:
         return ""
-    mantissa, exponent = f"{value:.2e}".split("e")
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
     return f"{mantissa}e{int(exponent)}"
-
-
-def fixed(value: Optional[float], digits: int) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
 
 
 COLUMNS = ("model", "BLEU (test)", "BLEU tok (test)", "paper BLEU EN-DE", "steps", "train time (min)",
@@ -263,42 +257,33 @@ def display(row: CostRow) -> list[str]:
 
 
 def render_markdown(cost: CostTable) -> str:
-    lines = [f"# Table 2 at scale {cost.scale}: test BLEU and training cost", "",
-             "| " + " | ".join(COLUMNS) + " |", "|:---|" + "---:|" * (len(COLUMNS) - 2) + ":---|"]
-    lines += ["| " + " | ".join(display(row)) + " |" for row in cost.rows]
+    aligns = ["l"] + ["r"] * (len(COLUMNS) - 2) + ["l"]
+    lines = [f"# Table 2 at scale {cost.scale}: test BLEU and training cost", ""]
+    lines += markdown_table(COLUMNS, aligns, (display(row) for row in cost.rows))
     lines += ["", "Notes:", ""] + [f"- {note}" for note in cost.notes]
     return "\n".join(lines) + "\n"
 
 
 def render_csv(cost: CostTable) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["row", "status", "seeds", "test_bleu", "test_bleu_tok", "paper_bleu", "steps", "train_seconds",
-                     "devices", "device", "sustained_flops_per_second", "cost_paper_method", "cost_counted", "paper_cost"])
+    header = ["row", "status", "seeds", "test_bleu", "test_bleu_tok", "paper_bleu", "steps", "train_seconds",
+              "devices", "device", "sustained_flops_per_second", "cost_paper_method", "cost_counted", "paper_cost"]
+    rows = []
     for row in cost.rows:
         device = row.device
-        writer.writerow([row.row, row.status, row.seeds, fixed(row.test_bleu, 4), fixed(row.test_bleu_tok, 4),
-                         f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
-                         "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
-                         "" if device is None else str(device.count), "" if device is None else device.name,
-                         "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
-                         "" if row.paper_method is None else f"{row.paper_method:.4e}",
-                         "" if row.counted is None else f"{row.counted:.4e}", f"{row.paper.cost:.4e}"])
-    return buffer.getvalue()
+        rows.append([row.row, row.status, row.seeds, fixed(row.test_bleu, 4), fixed(row.test_bleu_tok, 4),
+                     f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
+                     "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
+                     "" if device is None else str(device.count), "" if device is None else device.name,
+                     "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
+                     "" if row.paper_method is None else f"{row.paper_method:.4e}",
+                     "" if row.counted is None else f"{row.counted:.4e}", f"{row.paper.cost:.4e}"])
+    return csv_text(header, rows)
 
 
 def render_tex(cost: CostTable) -> str:
-    from .tables import escape_tex
-
-    lines = ["% Generated by `ablate table` from run records; needs \\usepackage{booktabs}.",
-             r"\begin{table}[t]", r"\centering", r"\caption{" + escape_tex(f"Table 2 at scale {cost.scale}") + "}",
-             r"\begin{tabular}{l" + "r" * (len(COLUMNS) - 2) + "l}", r"\toprule",
-             " & ".join(escape_tex(c) for c in COLUMNS) + r" \\", r"\midrule"]
-    lines += [" & ".join(escape_tex(cell) for cell in display(row)) + r" \\" for row in cost.rows]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
-    lines += [escape_tex(note) + r"\par" for note in cost.notes]
-    lines.append(r"\end{table}")
-    return "\n".join(lines) + "\n"
+    body = [r"\midrule"] + [tex_row(escape_tex(cell) for cell in display(row)) for row in cost.rows]
+    return tex_table(f"Table 2 at scale {cost.scale}", "l" + "r" * (len(COLUMNS) - 2) + "l",
+                     [escape_tex(c) for c in COLUMNS], body, cost.notes)
 
 
 def write_cost_table(cost: CostTable, out: str | Path) -> list[Path]:
