@@ -13,8 +13,9 @@ from ablations.report import write_outputs
 from ablations.report.collect import read_curves
 from ablations.report.plots import draw_delta_bleu, pyplot
 from ablations.report.table2 import (PAPER, SUSTAINED_FILE, counted_training_flops, multiply_adds_per_token,
-                                     paper_method_flops)
+                                     paper_method_flops, papers_runs_counted)
 from ablations.report.table3 import build_table
+from ablations.sweep import load_sweep
 from lightning_modules.config import ModelConfig
 from test_tables import BAD, GOOD, done, write_project, write_run
 
@@ -122,6 +123,14 @@ def test_counted_flops_worked_example():
     assert multiply_adds_per_token(model) == (160, 200)
     assert counted_training_flops(model, 100) == 216_000
     assert counted_training_flops(model, 100, source_tokens=50) == 3 * 2 * (160 * 50 + 200 * 100)
+
+
+def test_the_papers_runs_counted_by_our_rule_are_computed_from_the_sweep():
+    # README: the counted rule gives 9.4·10¹⁷ (base) and 9.6·10¹⁸ (big), 29 % and 42 % of the P100's rate.
+    note = papers_runs_counted(load_sweep(Path(__file__).parents[1] / "sweeps" / "table3.yaml"))
+    assert note.startswith("Paper cost counted by the same rule: base 9.4e17 and big 9.6e18 (63M and 214M parameters, "
+                           "2.5e9 and 7.5e9 target tokens)")
+    assert note.endswith("assume about 29 % and 42 % of the P100's 9.5 TFLOPS.")
 
 
 def test_table2_columns_from_records(project):

@@ -17,7 +17,9 @@
   that building the table reads a record and never a clock.
 
 Checked against the paper: 12 h × 8 P100 × 9.5 TFLOPS = 3.3·10¹⁸ (base) and 3.5 days × 8 × 9.5 TFLOPS = 2.3·10¹⁹
-(big), its Table 2 figures.
+(big), its Table 2 figures. A note prices the paper's own runs by the counted rule as well, computed from the
+sweep's base and big rows in the paper's units (never typed in), and says what share of the P100's 9.5 TFLOPS
+the paper's figures imply.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from typing import Any, Mapping, Optional
 
 from lightning_modules.config import ModelConfig
 
+from ..params import model_parameters
 from ..records import write_renderings
+from ..sweep import Sweep, paper_units
 from .collect import RunRecord
 from .render import csv_text, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .table3 import RowResult, Table
@@ -224,8 +228,7 @@ def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
         "(its base: 12 h × 8 P100 × 9.5 TFLOPS). On a CPU a device is a thread.",
         "Cost (counted) = 3 × forward FLOPs of the model's weight matrices over the trained tokens (source tokens "
         "taken equal to the recorded target tokens; attention products, norms and softmax not counted).",
-        "Paper cost counted by the same rule: base 9.5e17 and big 9.6e18 (63M and 213M parameters, 2.5e9 and 7.5e9 "
-        "target tokens), i.e. the paper's figures assume about 29 % and 42 % of the P100's 9.5 TFLOPS.",
+        papers_runs_counted(table.sweep),
     ]
     for row in rows:
         if row.device is not None and row.device.flops_per_second is None:
@@ -236,6 +239,23 @@ def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
         elif row.status != "done":
             notes.append(f"{row.row}: no done run ({row.status}); its measured cells are blank.")
     return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes))
+
+
+def papers_runs_counted(sweep: Sweep) -> str:
+    """The note pricing the paper's own base and big runs by the counted rule: the sweep's rows in the paper's
+    units, trained for their steps at their batch size, against the paper's cost by its method."""
+    counted, params, tokens, shares = [], [], [], []
+    for name in ROWS:
+        config = paper_units(sweep, sweep.row(name))
+        trained = config.train.max_steps * config.data.batch_tokens
+        flops = counted_training_flops(config.model, trained)
+        counted.append(sci(flops, 1))
+        params.append(f"{model_parameters(config.model) / 1e6:.0f}M")
+        tokens.append(sci(trained, 1))
+        shares.append(f"{100 * flops / PAPER[name].cost:.0f} %")
+    return (f"Paper cost counted by the same rule: base {counted[0]} and big {counted[1]} ({params[0]} and {params[1]} "
+            f"parameters, {tokens[0]} and {tokens[1]} target tokens), i.e. the paper's figures assume about "
+            f"{shares[0]} and {shares[1]} of the P100's {DOCUMENTED_FLOPS['P100'] / 1e12:g} TFLOPS.")
 
 
 def sci(value: Optional[float], digits: int = 2) -> str:
