@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compile", action="store_true", help="also time torch.compile (minutes of warm-up on CPU)")
     bench.add_argument("--no-levers", action="store_true", help="skip the lever timings of the full bench")
     bench.set_defaults(handler=cmd_bench)
-    from .complexity import add_complexity_parser
+    from .measure.complexity import add_complexity_parser
 
     add_complexity_parser(sub)
     return parser
