@@ -195,7 +195,9 @@ def bench_command_line(args: argparse.Namespace) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
-    from .bench import PADDING_TARGET, RATIO_KEYS, TARGETS, BenchOptions, default_precision, json_dumps, run_bench, to_markdown
+    from .measure.bench.options import BenchOptions, default_precision
+    from .measure.bench.report import PADDING_TARGET, RATIO_KEYS, TARGETS, json_dumps, to_markdown
+    from .measure.bench.run import run_bench
 
     if args.multi30k and not Path(args.multi30k).is_dir():
         raise ValueError(f"--multi30k {args.multi30k}: not a directory")
