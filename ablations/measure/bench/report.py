@@ -111,8 +111,8 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
 LEVER_DEFAULTS = {
     "attention_kernel": "chosen per call: SDPA's fused kernel, except explicit matmuls for bf16 on CPU; the first "
                         "setting is the one chosen at this precision",
-    "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64: a base run "
-                     "measured 3,077 tokens/s in bf16 against 3,674 in fp32)",
+    "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64, where a "
+                     "base run trained slower in bf16 than in fp32: sweeps/scales.yaml, the tiny preset)",
     "fused_adam": "no: torch's default (foreach) Adam",
     "native_dropout": "yes on CPU for fp32 and bf16 (where a C++ compiler builds the kernels; ATTENTION_NATIVE_KERNELS=0 "
                       "turns them off): the noise drawn by a counter-based hash instead of torch's Bernoulli sampler; "
@@ -124,8 +124,9 @@ LEVER_DEFAULTS = {
 }
 
 NOTES = [
-    "torch.compile is timed only with `--compile`: an earlier session measured 156 s of warm-up on this CPU and slower "
-    "steps afterwards (dynamic shapes: every batch has other lengths), so it stays off by default on CPU.",
+    "torch.compile is timed only with `--compile`: its warm-up takes minutes on a CPU (the JSON result's "
+    "`levers.torch_compile_warmup_s` when timed) and its steps were slower afterwards (dynamic shapes: every batch has "
+    "other lengths), so it stays off by default on CPU.",
     "One host-device synchronisation per training step, on purpose: the divergence check reads whether the loss is "
     "finite before the optimiser step (on CUDA it waits for the forward pass). Otherwise none: the token count is a "
     "Python int from the collate function, the loss stays a tensor, and Lightning converts logged values only when a "
