@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
-from unittest import mock
 
 from lightning_modules.config import DataConfig
 
@@ -148,6 +147,8 @@ def paired_bootstrap_p(baseline: Sequence[str], system: Sequence[str], reference
     sacreBLEU counts only resampled differences strictly above the observed one, so an observed difference of
     zero would come out as p = 1/(samples + 1); no difference is reported as p = 1.
     """
+    from unittest import mock  # with asyncio behind it: not at module level, `ablate --help` stays fast
+
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 

@@ -32,7 +32,6 @@ from typing import Any, Mapping, Optional
 
 from lightning_modules.config import ModelConfig
 
-from ..params import model_parameters
 from ..records import write_renderings
 from ..sweep import Sweep, paper_units
 from .collect import RunRecord
@@ -244,6 +243,8 @@ def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
 def papers_runs_counted(sweep: Sweep) -> str:
     """The note pricing the paper's own base and big runs by the counted rule: the sweep's rows in the paper's
     units, trained for their steps at their batch size, against the paper's cost by its method."""
+    from ..params import model_parameters  # imports torch: not at module level, `ablate --help` stays fast
+
     counted, params, tokens, shares = [], [], [], []
     for name in ROWS:
         config = paper_units(sweep, sweep.row(name))
