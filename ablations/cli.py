@@ -217,7 +217,9 @@ def bench_command_line(args: argparse.Namespace) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
-    from .bench import PADDING_TARGET, RATIO_KEYS, TARGETS, BenchOptions, default_precision, json_dumps, run_bench, to_markdown
+    from .measure.bench.options import BenchOptions, default_precision
+    from .measure.bench.report import PADDING_TARGET, RATIO_KEYS, TARGETS, json_dumps, to_markdown
+    from .measure.bench.run import run_bench
 
     if args.multi30k and not Path(args.multi30k).is_dir():
         raise ValueError(f"--multi30k {args.multi30k}: not a directory")
@@ -343,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)")
     average.add_argument("--output", required=True, help="file to write the averaged weights to")
     average.set_defaults(handler=cmd_average)
-    from .tables import add_table_parser
+    from .report import add_table_parser
 
     add_table_parser(sub)
     add_search_parser(sub)
@@ -372,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compile", action="store_true", help="also time torch.compile (minutes of warm-up on CPU)")
     bench.add_argument("--no-levers", action="store_true", help="skip the lever timings of the full bench")
     bench.set_defaults(handler=cmd_bench)
-    from .complexity import add_complexity_parser
+    from .measure.complexity import add_complexity_parser
 
     add_complexity_parser(sub)
     return parser

@@ -20,8 +20,9 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -37,6 +38,17 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-m
 PORTABLE_FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
 
 enabled = os.environ.get("ATTENTION_NATIVE_KERNELS", "1") != "0"
+
+
+@contextmanager
+def switched(on: bool) -> Iterator[None]:
+    """The kernels turned on or off for the calls inside, `enabled` restored after (`ablate bench` times both)."""
+    global enabled
+    before, enabled = enabled, on
+    try:
+        yield
+    finally:
+        enabled = before
 
 
 def available() -> bool:

@@ -37,6 +37,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, self.g * self.d_v)
         self.out_proj = nn.Linear(self.h * self.d_v, cfg.d_model)
         self.dropout = cfg.attention_dropout
+        self.kernel: Optional[str] = None  # None: chosen per call; "explicit" or "sdpa" forces one (`ablate bench`)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         B, L, _ = x.shape
@@ -53,7 +54,8 @@ class MultiHeadAttention(nn.Module):
             return self.out_proj(out.view(BK, 1, -1))
         q = q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)  # [B, H, K*T, d_k]
         dropout_p = self.dropout if self.training else 0.0
-        if prefers_explicit_attention(q):
+        explicit = prefers_explicit_attention(q) if self.kernel is None else self.kernel == "explicit"
+        if explicit:
             out = explicit_attention(q, k, v, mask, causal, dropout_p)  # [B, H, K*T, d_v]
         else:
             out = F.scaled_dot_product_attention(

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ablations import bench
-from ablations.bench import BenchOptions
+from ablations.measure.bench import batches, contenders, marian, options, report, run, timing
+from ablations.measure.bench.options import BenchOptions
 from ablations.provenance import code_commit
 from lightning_modules import native
 from lightning_modules.config import ModelConfig
@@ -20,19 +20,19 @@ from lightning_modules.transformer import Transformer
 def test_padding_efficiency_counts_real_over_padded_tokens():
     # One batch of lengths (2, 4) / (3, 3): real 2+4+3+3 = 12, padded 2*4 + 2*3 = 14.
     sampler = TokenBudgetBatchSampler([2, 4], [3, 3], max_tokens=100, shuffle=False)
-    assert bench.padding_efficiency(sampler) == pytest.approx(12 / 14)
+    assert batches.padding_efficiency(sampler) == pytest.approx(12 / 14)
 
 
 def test_bucketing_pads_less_than_random_order():
     rng = np.random.default_rng(0)
     lengths = rng.integers(2, 60, size=2000)
-    padding = bench.bucketed_and_unbucketed(lengths, lengths + 1, batch_tokens=512)
+    padding = batches.bucketed_and_unbucketed(lengths, lengths + 1, batch_tokens=512)
     assert padding["bucketed"] > 0.95 > padding["unbucketed"]
 
 
 def test_ratio_is_ours_over_theirs_for_rates():
-    assert bench.ratio(300.0, 100.0) == 3.0
-    assert bench.ratio(1.0, 0.0) == float("inf")
+    assert timing.ratio(300.0, 100.0) == 3.0
+    assert timing.ratio(1.0, 0.0) == float("inf")
 
 
 def test_interleave_runs_contenders_in_turn_each_round():
@@ -44,9 +44,9 @@ def test_interleave_runs_contenders_in_turn_each_round():
             return {"wall": float(len(calls)), "cpu": 0.0}
         return measure
 
-    times = bench.interleave({"a": contender("a"), "b": contender("b")}, rounds=3)
+    times = timing.interleave({"a": contender("a"), "b": contender("b")}, rounds=3)
     assert calls == ["a", "b"] * 3
-    assert bench.median_seconds(times["a"], "wall") == 3.0  # rounds at 1, 3, 5
+    assert timing.median_seconds(times["a"], "wall") == 3.0  # rounds at 1, 3, 5
 
 
 def test_options_name_the_bad_field():
@@ -76,29 +76,35 @@ def test_the_attention_lever_forces_each_kernel_and_restores_the_choice(one_thre
     from lightning_modules import transformer
 
     model = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=2), 50, PAD_ID).eval()
+    other = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=2), 50, PAD_ID).eval()
     src = torch.randint(4, 50, (2, 5))
     calls = []
     explicit = transformer.explicit_attention
     monkeypatch.setattr(transformer, "explicit_attention", lambda *a: calls.append("explicit") or explicit(*a))
     with torch.no_grad():
         want = model(src, src)
-        with bench.attention_kernel("explicit"):
-            forced = model(src, src)
+        forced = contenders.use_attention_kernel(model, "explicit")(src, src)
         assert calls and torch.allclose(forced, want, atol=1e-5)
         calls.clear()
-        model(src, src)
+        other(src, src)
+        assert not calls  # only the model it was set on is forced
+        contenders.use_attention_kernel(model, "default")(src, src)
         assert not calls  # fp32 on CPU: SDPA again
-        with torch.autocast("cpu", dtype=torch.bfloat16), bench.attention_kernel("sdpa"):
-            model(src, src)
-        assert not calls
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            contenders.use_attention_kernel(model, "sdpa")(src, src)
+            assert not calls
+            contenders.use_attention_kernel(model, "default")(src, src)
+            assert calls  # bf16 on CPU: explicit matmuls, chosen per call
+    with pytest.raises(ValueError, match="attention kernel 'flash'"):
+        contenders.use_attention_kernel(model, "flash")
 
 
 def test_default_precision_is_bf16_only_where_the_hardware_has_it(monkeypatch):
-    assert bench.default_precision("cuda") == "bf16-mixed"
-    monkeypatch.setattr(bench, "cpu_info", lambda: ("a CPU", True))
-    assert bench.default_precision("cpu") == "bf16-mixed"
-    monkeypatch.setattr(bench, "cpu_info", lambda: ("a CPU", False))
-    assert bench.default_precision("cpu") == "32-true"
+    assert options.default_precision("cuda") == "bf16-mixed"
+    monkeypatch.setattr(options, "cpu_info", lambda: ("a CPU", True))
+    assert options.default_precision("cpu") == "bf16-mixed"
+    monkeypatch.setattr(options, "cpu_info", lambda: ("a CPU", False))
+    assert options.default_precision("cpu") == "32-true"
 
 
 def test_half_split_order_maps_marian_sinusoids_to_ours():
@@ -106,7 +112,7 @@ def test_half_split_order_maps_marian_sinusoids_to_ours():
 
     ours = sinusoids(20, 8)
     half_split = torch.cat([ours[:, 0::2], ours[:, 1::2]], dim=1)  # Marian: all sines, then all cosines
-    assert torch.equal(ours[:, bench.half_split_order(8)], half_split)
+    assert torch.equal(ours[:, marian.half_split_order(8)], half_split)
 
 
 def _small_model(seed: int = 0) -> Transformer:
@@ -125,10 +131,10 @@ def _sources() -> torch.Tensor:
 def test_marian_holds_our_weights_and_computes_our_logits(one_thread):
     pytest.importorskip("transformers")
     model = _small_model()
-    marian = bench.marian_from_ours(model)
+    hf = marian.marian_from_ours(model)
     src = _sources()
     tgt_in = torch.cat([torch.full((5, 1), BOS_ID), torch.randint(4, 40, (5, 4))], dim=1)
-    assert bench.logit_difference(model, marian, src, tgt_in) < 1e-4
+    assert marian.logit_difference(model, hf, src, tgt_in) < 1e-4
 
 
 def test_marian_copy_refuses_what_marian_cannot_express():
@@ -136,16 +142,16 @@ def test_marian_copy_refuses_what_marian_cannot_express():
     torch.manual_seed(0)
     pre_norm = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=4, norm_placement="pre"), 40, PAD_ID)
     with pytest.raises(ValueError, match="post-norm"):
-        bench.marian_from_ours(pre_norm)
+        marian.marian_from_ours(pre_norm)
 
 
 def test_cached_and_uncached_decoding_agree_and_hf_decodes_the_same_model(one_thread):
     pytest.importorskip("transformers")
     model = _small_model(seed=1)
     sources = [_sources()]
-    cached = bench.decode_ours(model, sources, beam_size=4, use_cache=True)
-    assert cached == bench.decode_ours(model, sources, beam_size=4, use_cache=False)
-    hf = bench.decode_hf(bench.marian_from_ours(model), sources, beam_size=4)
+    cached = contenders.decode_ours(model, sources, beam_size=4, use_cache=True)
+    assert cached == contenders.decode_ours(model, sources, beam_size=4, use_cache=False)
+    hf = contenders.decode_hf(marian.marian_from_ours(model), sources, beam_size=4)
     assert len(hf) == len(cached)
     assert all(PAD_ID not in out and BOS_ID not in out and EOS_ID not in out for out in hf)
 
@@ -154,10 +160,10 @@ def test_cached_and_uncached_decoding_agree_and_hf_decodes_the_same_model(one_th
 def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     pytest.importorskip("transformers")
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    options = BenchOptions.quick(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=120, batch_tokens=256, corpus_pairs=400,
-                                 rounds=2, decode_sentences=6, decode_batch_sentences=3, levers=True)
-    result = bench.run_bench(options)
-    for key in bench.RATIO_KEYS:
+    quick = BenchOptions.quick(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=120, batch_tokens=256, corpus_pairs=400,
+                               rounds=2, decode_sentences=6, decode_batch_sentences=3, levers=True)
+    result = run.run_bench(quick)
+    for key in report.RATIO_KEYS:
         assert result[key] > 0
     assert set(result["padding_efficiency"]) == {"generated"}
     assert 0 < result["padding_efficiency"]["generated"] <= 1
@@ -167,8 +173,8 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     if native.available():  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention and topk
         assert result["decode"]["native_kernels"] and result["levers"]["decode_native_kernels"]["speedup"] > 0
         assert result["levers"]["native_dropout"]["speedup"] > 0  # training's dropout noise, timed beside torch's
-    assert json.loads(bench.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
-    markdown = bench.to_markdown(result, "ablate bench --quick")
+    assert json.loads(report.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])
+    markdown = report.to_markdown(result, "ablate bench --quick")
     assert "train_vs_marian" in markdown and "ablate bench --quick" in markdown
     assert result["machine"]["commit"] == code_commit() and f"commit {code_commit() or 'unknown'}" in markdown
     assert ("decode_native_kernels" in markdown) == result["decode"]["native_kernels"]

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from ablations.cli import main
-from ablations.complexity import (LAYERS, PATH_KINDS, ComplexityConfig, counted_flops, fit_exponent, path_length,
-                                  sequential_depth, theoretical_path)
+from ablations.measure.complexity import (LAYERS, PATH_KINDS, ComplexityConfig, counted_flops, fit_exponent,
+                                          path_length, sequential_depth, theoretical_path)
 
 
 def test_fit_recovers_a_known_exponent_through_noise():

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ablations.cost import PAPER, SUSTAINED_FILE, paper_method_flops
-from ablations.plots import pyplot, read_curves, draw_delta_bleu
 from ablations.records import write_atomic
-from ablations.tables import build_table, write_outputs
+from ablations.report import write_outputs
+from ablations.report.collect import read_curves
+from ablations.report.plots import draw_delta_bleu, pyplot
+from ablations.report.table2 import PAPER, SUSTAINED_FILE, paper_method_flops, papers_runs_counted
+from ablations.report.table3 import build_table
+from ablations.sweep import load_sweep
 from test_tables import BAD, GOOD, done, write_project, write_run
 
 SWEEP = """\
@@ -107,6 +110,14 @@ def test_the_papers_method_gives_the_papers_figures():
         assert paper_method_flops(paper.seconds, paper.devices, 9.5e12) == pytest.approx(paper.cost, rel=0.01), row
     with pytest.raises(ValueError, match="devices = 0"):
         paper_method_flops(10.0, 0, 1e9)
+
+
+def test_the_papers_runs_counted_by_our_rule_are_computed_from_the_sweep():
+    # README: the counted rule gives 9.4·10¹⁷ (base) and 9.6·10¹⁸ (big), 29 % and 42 % of the P100's rate.
+    note = papers_runs_counted(load_sweep(Path(__file__).parents[1] / "sweeps" / "table3.yaml"))
+    assert note.startswith("Paper cost counted by the same rule: base 9.4e17 and big 9.6e18 (63M and 214M parameters, "
+                           "2.5e9 and 7.5e9 target tokens)")
+    assert note.endswith("assume about 29 % and 42 % of the P100's 9.5 TFLOPS.")
 
 
 def test_table2_columns_from_records(project):

@@ -11,8 +11,11 @@ from typing import Optional
 import pytest
 
 from ablations.records import run_folder, write_atomic, write_config, write_json
+from ablations.report import add_table_parser
+from ablations.report.collect import paired_bootstrap_p
+from ablations.report.render import escape_tex
+from ablations.report.table3 import build_table, write_table
 from ablations.sweep import RunSpec, expand, load_sweep, scales_for
-from ablations.tables import add_table_parser, build_table, escape_tex, paired_bootstrap_p, write_table
 
 SWEEP = """\
 name: mini

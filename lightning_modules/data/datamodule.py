@@ -168,6 +168,10 @@ class TranslationDataModule(pl.LightningDataModule):
             self._dataset(role)
 
     # -- datasets ---------------------------------------------------------------------------------------------
+    def dataset(self, role: str) -> PairDataset:
+        """The encoded pairs of "train", "dev" or "test", built once: what the loaders batch (`ablate bench` too)."""
+        return self._dataset(role)
+
     def _dataset(self, role: str) -> PairDataset:
         if role in self._datasets:
             return self._datasets[role]

@@ -13,54 +13,20 @@ depend only on the records: matplotlib's dates, software versions and random SVG
 
 from __future__ import annotations
 
-import csv
+import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from .records import write_atomic_bytes
+from ..records import write_atomic_bytes
+from .collect import PUBLISHED, read_curves
+from .table3 import RowResult, Table, deltas
 
-if TYPE_CHECKING:
-    from .tables import RowResult, Table
-
-CURVE_KEYS = ("dev/ppl", "dev/bleu", "train/loss")
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")
 # Each backend stamps its own metadata; None removes the entry so that a rebuild gives the same bytes.
 METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 HASH_SALT = "attention-ablations"  # SVG element ids derive from this salt instead of a random one
 DPI = 100
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Curves from a published record
-# --------------------------------------------------------------------------------------------------------------
-
-
-def read_curves(folder: Optional[Path]) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) series of a record's `curves-<attempt>.csv` files, attempts in order, by step.
-
-    The `-final` files hold the separate final evaluation (logged at step 0), not points of the curve.
-    """
-    curves: dict[str, dict[int, float]] = {key: {} for key in CURVE_KEYS}
-    if folder is None:
-        return {key: [] for key in CURVE_KEYS}
-    for path in sorted(Path(folder).glob("curves-*.csv"), key=attempt_order):
-        if path.stem.endswith("-final"):
-            continue
-        with path.open(encoding="utf-8", newline="") as handle:
-            for line in csv.DictReader(handle):
-                step = line.get("step")
-                for key in CURVE_KEYS:
-                    value = line.get(key)
-                    if step and value:
-                        curves[key][int(float(step))] = float(value)  # a resumed attempt overwrites repeated steps
-    return {key: sorted(points.items()) for key, points in curves.items()}
-
-
-def attempt_order(path: Path) -> tuple[int, str]:
-    """curves-attempt-10.csv after curves-attempt-9.csv."""
-    number = path.stem.removeprefix("curves-attempt-").split("-")[0]
-    return (int(number) if number.isdigit() else 0, path.name)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -79,11 +45,11 @@ def pyplot():
     return plt
 
 
-def plot_stem(table: "Table", kind: str) -> str:
+def plot_stem(table: Table, kind: str) -> str:
     return f"{table.sweep.name}_{table.scale.name}_{kind}"
 
 
-def seed_deltas(result: "RowResult", base: "RowResult", key: str) -> list[float]:
+def seed_deltas(result: RowResult, base: RowResult, key: str) -> list[float]:
     """The row's per-seed values minus base's mean: the spread behind the mean bar."""
     base_mean = base.mean(key)
     if base_mean is None:
@@ -92,9 +58,7 @@ def seed_deltas(result: "RowResult", base: "RowResult", key: str) -> list[float]
     return [float(value) - base_mean for value in values if isinstance(value, (int, float))]
 
 
-def draw_delta_bleu(plt, table: "Table"):
-    from .tables import deltas
-
+def draw_delta_bleu(plt, table: Table):
     rows = [result for result in table.rows if result is not table.base]
     labels = [result.row.id for result in rows]
     positions = list(range(len(rows)))[::-1]  # first row on top, as in the table
@@ -125,11 +89,11 @@ def draw_delta_bleu(plt, table: "Table"):
     return figure
 
 
-def groups_in_order(table: "Table") -> list[str]:
+def groups_in_order(table: Table) -> list[str]:
     return list(dict.fromkeys(result.row.group for result in table.rows))
 
 
-def draw_dev_ppl(plt, table: "Table", curves: Mapping[str, Mapping[str, list]]):
+def draw_dev_ppl(plt, table: Table, curves: Mapping[str, Mapping[str, list]]):
     from matplotlib.ticker import FormatStrFormatter, LogLocator
 
     groups = [group for group in groups_in_order(table) if group != table.base.row.group] or [table.base.row.group]
@@ -177,7 +141,7 @@ def draw_curve(axis, points: Sequence[tuple[int, float]], label: Optional[str], 
         axis.plot(steps, values, marker="o", markersize=3, linewidth=1, label=label, **style)
 
 
-def draw_params_bleu(plt, table: "Table"):
+def draw_params_bleu(plt, table: Table):
     figure, (ours, paper) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
     missing = []
     for result in table.rows:
@@ -215,17 +179,13 @@ def draw_params_bleu(plt, table: "Table"):
     return figure
 
 
-def table_curves(table: "Table") -> dict[str, dict[str, list[tuple[int, float]]]]:
+def table_curves(table: Table) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """run id -> curves, for published runs only: a running run's curves still grow."""
-    from .tables import PUBLISHED
-
     return {run.spec.run_id: read_curves(run.folder) for result in table.rows for run in result.runs
             if run.status in PUBLISHED and run.folder is not None}
 
 
 def save(plt, figure, stem: Path) -> list[Path]:
-    import io
-
     paths = []
     for fmt in FORMATS:
         buffer = io.BytesIO()
@@ -239,7 +199,7 @@ def save(plt, figure, stem: Path) -> list[Path]:
     return paths
 
 
-def write_plots(table: "Table", out: str | Path, curves: Optional[Mapping[str, Mapping[str, list]]] = None) -> list[Path]:
+def write_plots(table: Table, out: str | Path, curves: Optional[Mapping[str, Mapping[str, list]]] = None) -> list[Path]:
     """The sweep's three figures as PNG and SVG under `<out>/plots/`; returns the files written."""
     plt = pyplot()
     curves = table_curves(table) if curves is None else curves

@@ -3,12 +3,13 @@
 `ablate table` writes each sweep's table as data, `<out>/<sweep>_<scale>.json` (the displayed table, its plots,
 and per run: status, metrics, config difference from base, curves, wandb link), then rebuilds the page from
 every such file under `<out>`, so the page covers every sweep and scale that has a table, whichever was
-built last. Tables 1 and 2 are shown from their CSV files when present. CSS and JavaScript are inline; plots are
-referenced relatively (`plots/*.svg`); the per-run sections are built in the browser from JSON embedded in the
-page. The page is a function of those files only: the same records give the same bytes.
+built last. Tables 1 and 2 are shown from their CSV files when present. CSS and JavaScript (dashboard.css and
+dashboard.js beside this file) are inlined; plots are referenced relatively (`plots/*.svg`); the per-run sections
+are built in the browser from JSON embedded in the page. The page is a function of those files only: the same
+records give the same bytes.
 
-A run links to wandb only when its metrics.json carries `wandb_url` (set once the offline run is synced);
-`ablate sync` uploads runs but records no URL today, so until it does there is no link.
+A run links to wandb only when its metrics.json carries `wandb_url`: `ablate sync` records the URL that
+`wandb sync` prints once it has uploaded the offline run, so a run not yet synced has no link.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import csv
 import html
 import json
+from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
-from .records import write_atomic
-
-if TYPE_CHECKING:
-    from .tables import RunRecord, Table
+from ..records import write_atomic
+from .collect import RunRecord
+from .plots import PLOT_KINDS, plot_stem
+from .table3 import Table, columns, display_rows, flat, plain, title
 
 DATA_KIND = "ablate-sweep-table"  # marks a `<sweep>_<scale>.json` as a table's data, not some other JSON
 INDEX_FILE = "index.html"
@@ -35,15 +37,13 @@ RUN_METRICS = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_to
 # --------------------------------------------------------------------------------------------------------------
 
 
-def config_difference(run: "RunRecord", base: "RunRecord") -> list[list[str]]:
+def config_difference(run: RunRecord, base: RunRecord) -> list[list[str]]:
     """[field, base's value, the run's value] for every resolved config field that differs (the seed aside)."""
-    from .tables import flat, plain
-
     ours, theirs = flat(run.spec.config), flat(base.spec.config)
     return [[key, plain(theirs[key]), plain(ours[key])] for key in ours if repr(ours[key]) != repr(theirs[key])]
 
 
-def base_run_for(run: "RunRecord", table: "Table") -> "RunRecord":
+def base_run_for(run: RunRecord, table: Table) -> RunRecord:
     """Base's run with the same seed, else base's first: the comparison a reader expects."""
     return next((other for other in table.base.runs if other.spec.seed == run.spec.seed), table.base.runs[0])
 
@@ -57,7 +57,7 @@ def relative(path: Optional[Path], out: Path) -> Optional[str]:
         return None  # an unpublished folder outside <out>: not part of the static page
 
 
-def run_data(run: "RunRecord", table: "Table", curves: Mapping[str, Mapping[str, list]], out: Path) -> dict[str, Any]:
+def run_data(run: RunRecord, table: Table, curves: Mapping[str, Mapping[str, list]], out: Path) -> dict[str, Any]:
     url = run.metrics.get("wandb_url")
     return {
         "row": run.spec.row, "group": run.spec.group, "seed": run.spec.seed, "run_id": run.spec.run_id,
@@ -69,10 +69,7 @@ def run_data(run: "RunRecord", table: "Table", curves: Mapping[str, Mapping[str,
     }
 
 
-def table_data(table: "Table", curves: Mapping[str, Mapping[str, list]], out: str | Path) -> dict[str, Any]:
-    from .plots import PLOT_KINDS, plot_stem
-    from .tables import columns, display_rows, title
-
+def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str | Path) -> dict[str, Any]:
     out = Path(out)
     cols = columns(table)
     return {
@@ -91,7 +88,7 @@ def table_data(table: "Table", curves: Mapping[str, Mapping[str, list]], out: st
     }
 
 
-def write_table_data(table: "Table", curves: Mapping[str, Mapping[str, list]], out: str | Path) -> Path:
+def write_table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str | Path) -> Path:
     path = Path(out) / f"{table.sweep.name}_{table.scale.name}.json"
     write_atomic(path, json.dumps(table_data(table, curves, out), sort_keys=True, ensure_ascii=False) + "\n")
     return path
@@ -113,120 +110,9 @@ def read_table_data(out: Path) -> list[dict[str, Any]]:
 # The page
 # --------------------------------------------------------------------------------------------------------------
 
-STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1400px;padding:0 1em;color:#222}
-h1{font-size:1.5em}h2{border-bottom:2px solid #ccc;padding-bottom:.2em;margin-top:2em}
-nav a{margin-right:1em}
-table{border-collapse:collapse;font-size:12px;margin:.5em 0}
-th,td{border-bottom:1px solid #ddd;padding:2px 6px;white-space:nowrap}
-th{background:#f4f4f4;position:sticky;top:0}
-td.r{text-align:right}td.l{text-align:left}
-.scroll{overflow-x:auto}
-ul.header li,ul.notes li{font-size:12px}
-.plots{display:flex;flex-wrap:wrap;gap:1em}
-.plots figure{margin:0;max-width:100%}.plots img{max-width:100%;border:1px solid #eee}
-figcaption{font-size:12px;color:#555}
-details.run{border:1px solid #ddd;border-radius:4px;margin:.3em 0;padding:.2em .6em}
-details.run summary{cursor:pointer}
-.status-done{color:#1a7f37}.status-failed,.status-diverged{color:#c62828}
-.status-missing,.status-pending,.status-running{color:#8a6d00}
-.charts{display:flex;flex-wrap:wrap;gap:1em}
-svg.chart{border:1px solid #eee;background:#fff}
-.muted{color:#777;font-style:italic}
-"""
-
-SCRIPT = """
-(function () {
-  var data = JSON.parse(document.getElementById('dashboard-data').textContent);
-  var SVG = 'http://www.w3.org/2000/svg';
-  function el(tag, attrs, text) {
-    var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-  function svgEl(tag, attrs, text) {
-    var node = document.createElementNS(SVG, tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-  function fmt(v) { return typeof v === 'number' ? (Math.abs(v) >= 1000 || Number.isInteger(v) ? String(Math.round(v)) : v.toPrecision(4)) : String(v); }
-  function chart(name, points) {
-    var W = 280, H = 140, L = 44, R = 8, T = 18, B = 22;
-    var svg = svgEl('svg', {'class': 'chart', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'data-series': name});
-    svg.appendChild(svgEl('text', {x: L, y: 12, 'font-size': 11}, name));
-    var xs = points.map(function (p) { return p[0]; }), ys = points.map(function (p) { return p[1]; });
-    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs), y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
-    if (x1 === x0) { x1 = x0 + 1; } if (y1 === y0) { y1 = y0 + 1; }
-    function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - R); }
-    function py(y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); }
-    svg.appendChild(svgEl('rect', {x: L, y: T, width: W - L - R, height: H - T - B, fill: 'none', stroke: '#ccc'}));
-    svg.appendChild(svgEl('text', {x: L - 3, y: T + 8, 'font-size': 9, 'text-anchor': 'end'}, fmt(y1)));
-    svg.appendChild(svgEl('text', {x: L - 3, y: H - B, 'font-size': 9, 'text-anchor': 'end'}, fmt(y0)));
-    svg.appendChild(svgEl('text', {x: L, y: H - 6, 'font-size': 9}, 'step ' + fmt(x0)));
-    svg.appendChild(svgEl('text', {x: W - R, y: H - 6, 'font-size': 9, 'text-anchor': 'end'}, fmt(x1)));
-    svg.appendChild(svgEl('polyline', {fill: 'none', stroke: '#1f77b4', 'stroke-width': 1.5,
-      points: points.map(function (p) { return px(p[0]).toFixed(1) + ',' + py(p[1]).toFixed(1); }).join(' ')}));
-    points.forEach(function (p) { svg.appendChild(svgEl('circle', {cx: px(p[0]).toFixed(1), cy: py(p[1]).toFixed(1), r: 2, fill: '#1f77b4'})); });
-    return svg;
-  }
-  function runSection(table, run) {
-    var box = el('details', {'class': 'run', id: 'run-' + table.id + '-' + run.row + '-s' + run.seed, 'data-status': run.status});
-    var summary = el('summary');
-    summary.appendChild(el('strong', {}, run.row + ' s' + run.seed));
-    summary.appendChild(document.createTextNode(' '));
-    summary.appendChild(el('span', {'class': 'status-' + run.status}, run.status));
-    var m = run.metrics;
-    if (m.dev_bleu !== undefined) summary.appendChild(document.createTextNode(' \\u00b7 dev BLEU ' + fmt(m.dev_bleu) + ', PPL ' + fmt(m.dev_ppl)));
-    summary.appendChild(el('span', {'class': 'muted'}, ' ' + run.run_id));
-    box.appendChild(summary);
-    var links = el('p');
-    if (run.record) { links.appendChild(el('a', {href: run.record + '/metrics.json'}, 'record')); links.appendChild(document.createTextNode(' ')); }
-    else { links.appendChild(el('span', {'class': 'muted'}, 'no published record (' + run.status + ')')); }
-    if (run.wandb_url) { links.appendChild(el('a', {href: run.wandb_url, 'class': 'wandb'}, 'wandb run')); }
-    else { links.appendChild(el('span', {'class': 'muted'}, ' \\u00b7 no wandb link (not synced)')); }
-    box.appendChild(links);
-    var keys = Object.keys(m);
-    if (keys.length) {
-      var mt = el('table', {'class': 'metrics'});
-      keys.forEach(function (k) { var tr = el('tr'); tr.appendChild(el('th', {}, k)); tr.appendChild(el('td', {'class': 'r'}, fmt(m[k]))); mt.appendChild(tr); });
-      box.appendChild(mt);
-    }
-    if (run.config_diff.length) {
-      var dt = el('table', {'class': 'config-diff'});
-      var head = el('tr'); ['field', table.base_row + ' (same seed)', run.row].forEach(function (h) { head.appendChild(el('th', {}, h)); });
-      dt.appendChild(head);
-      run.config_diff.forEach(function (d) { var tr = el('tr'); d.forEach(function (c) { tr.appendChild(el('td', {'class': 'l'}, c)); }); dt.appendChild(tr); });
-      box.appendChild(el('p', {}, 'Resolved config, differences from ' + table.base_row + ':'));
-      box.appendChild(dt);
-    } else {
-      box.appendChild(el('p', {'class': 'muted config-diff-none'}, 'Resolved config equal to ' + table.base_row + '\\'s (seed aside).'));
-    }
-    var charts = el('div', {'class': 'charts'});
-    Object.keys(run.curves).sort().forEach(function (k) { charts.appendChild(chart(k, run.curves[k])); });
-    if (!charts.childNodes.length) charts.appendChild(el('span', {'class': 'muted'}, 'no curves recorded'));
-    box.appendChild(charts);
-    return box;
-  }
-  var count = 0;
-  data.forEach(function (table) {
-    var holder = document.getElementById('runs-' + table.id);
-    table.runs.forEach(function (run) { holder.appendChild(runSection(table, run)); count += 1; });
-  });
-  function report() {
-    var images = Array.prototype.slice.call(document.querySelectorAll('.plots img'));
-    var loaded = images.filter(function (img) { return img.complete && img.naturalWidth > 0; }).length;
-    var status = document.getElementById('render-status');
-    status.textContent = 'rendered ' + count + ' runs; plots loaded ' + loaded + '/' + images.length;
-    status.setAttribute('data-runs', count);
-    status.setAttribute('data-images-loaded', loaded);
-    status.setAttribute('data-images', images.length);
-  }
-  report();
-  window.addEventListener('load', report);
-})();
-"""
+def asset(name: str) -> str:
+    """dashboard.css or dashboard.js, package data inlined into the page (it must open without a server)."""
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
 def esc(text: Any) -> str:
@@ -299,7 +185,8 @@ def render_dashboard(out: str | Path) -> str:
     parts = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>attention-ablations: results</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
+        "<title>attention-ablations: results</title>", f"<style>\n{asset('dashboard.css')}</style>", "</head>",
+        "<body>",
         "<h1>attention-ablations: results</h1>",
         "<p>Built by <code>ablate table</code> from the run records under <code>records/</code>; "
         "opens from disk, no server or network needed.</p>",
@@ -309,7 +196,8 @@ def render_dashboard(out: str | Path) -> str:
     ]
     parts += [sweep_section(t) for t in tables]
     parts += [csv_section(path, section, heading) for section, heading, path in extras]
-    parts += [f'<script type="application/json" id="dashboard-data">{payload}</script>', f"<script>{SCRIPT}</script>",
+    parts += [f'<script type="application/json" id="dashboard-data">{payload}</script>',
+              f"<script>\n{asset('dashboard.js')}</script>",
               "</body>", "</html>"]
     return "\n".join(parts) + "\n"
 

@@ -1,14 +1,10 @@
-"""A sweep's table at one scale, from run records only: `ablate table SWEEP --scale S`.
+"""A sweep's table at one scale (Table 3 and its like), from run records only: the model, header, notes, cells.
 
-Nothing is trained and no clock is read. The runs a table needs come from `expand(sweep, scale)`; each is
-found by its run id under `<runs>/<sweep>/<scale>/` or among the records already published under
-`<out>/records/<sweep>_<scale>/`. A finished (done, diverged or failed) run's small record (config.yaml,
-metrics.json, dev.hyp, test.hyp and its curves as `curves-<attempt>.csv`; never checkpoints) is copied there,
-and so are the dev references (`dev.ref`), so that `<out>` alone rebuilds the same table. The table is
-written as `<out>/<sweep>_<scale>.md`, `.csv` and `.tex`, with its plots under `<out>/plots/` (plots.py),
-Table 2 as `<out>/table2_<scale>.*` when the sweep has base and big rows (cost.py), the table as data in
-`<out>/<sweep>_<scale>.json`, and the offline dashboard `<out>/index.html` over every table there
-(dashboard.py); the same records give the same bytes.
+Nothing is trained and no clock is read. `build_table` collects the sweep's records and publishes the finished
+ones (collect.py), summarises every row (mean ± std over done seeds) and tests it against base (the paired
+bootstrap). The table is written as `<out>/<sweep>_<scale>.md`, `.csv` and `.tex`; `ablate table` (the
+package's top) adds its plots, Table 2, the table as data and the dashboard. The same records give the same
+bytes.
 
 Provenance comes from the records: `device` and, where a run recorded them, `cpu_model` and `commit`
 (in metrics.json or in config.yaml's meta).
@@ -16,203 +12,19 @@ Provenance comes from the records: `device` and, where a run recorded them, `cpu
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import csv
-import io
 import math
-import os
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
-from .records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic, write_renderings
-from .sweep import Row, RunSpec, Scale, Sweep, expand, load_sweep, paper_units, read_yaml, scales_for
-
-PUBLISHED = ("done", "diverged", "failed")  # statuses that no longer change; only `done` runs enter the means
-RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp")
-REFERENCES_FILE = "dev.ref"
-BOOTSTRAP_SAMPLES = 1000
-BOOTSTRAP_SEED = 12345  # sacreBLEU's default; it treats 0 as "unseeded"
-CORPUS_FIELDS = ("dataset", "path", "src_lang", "tgt_lang", "dev_split", "generated_pairs", "generated_seed", "cache_dir")
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    spec: RunSpec
-    status: str  # a metrics.json status, `pending` without one, `missing` without a folder
-    metrics: Mapping[str, Any]
-    meta: Mapping[str, Any]
-    folder: Optional[Path]
-
-    @property
-    def done(self) -> bool:
-        return self.status == "done"
-
-
-def records_dir(out: str | Path, sweep: Sweep, scale: Scale) -> Path:
-    return Path(out) / "records" / f"{sweep.name}_{scale.name}"
-
-
-def find_folder(run_id: str, roots: Sequence[Path]) -> Optional[Path]:
-    """The first folder named `*-<run_id>` in the first root that has one."""
-    for root in roots:
-        matches = sorted(path for path in root.glob(f"*-{run_id}") if path.is_dir())
-        if matches:
-            return matches[0]
-    return None
-
-
-def read_record(spec: RunSpec, folder: Optional[Path]) -> RunRecord:
-    if folder is None:
-        return RunRecord(spec, "missing", {}, {}, None)
-    metrics = read_metrics(folder) or {}
-    config_file = folder / CONFIG_FILE
-    document = read_yaml(config_file) if config_file.is_file() else {}
-    return RunRecord(spec, metrics.get("status", "pending"), metrics, dict(document.get("meta") or {}), folder)
-
-
-def copy_if_changed(source: Path, destination: Path) -> None:
-    """Copy a text file through a temporary file, leaving an identical destination untouched."""
-    data = source.read_bytes()
-    if destination.is_file() and destination.read_bytes() == data:
-        return
-    write_atomic(destination, data.decode("utf-8"))
-
-
-def record_files(folder: Path) -> list[tuple[str, Path]]:
-    """(name in the published record, source file): the small files, never checkpoints."""
-    files = [(name, folder / name) for name in RECORD_FILES if (folder / name).is_file()]
-    files += [(f"curves-{path.parent.name}.csv", path) for path in sorted(folder.glob("logs/*/metrics.csv"))]
-    return files
-
-
-def publish(record: RunRecord, destination: Path) -> RunRecord:
-    if record.folder != destination:
-        for name, source in record_files(record.folder):
-            copy_if_changed(source, destination / name)
-    return replace(record, folder=destination)
-
-
-def collect(sweep: Sweep, scale: Scale, runs: str | Path, out: str | Path) -> list[RunRecord]:
-    """Every expected run of the sweep at the scale; finished ones (done, diverged, failed) published."""
-    published = records_dir(out, sweep, scale)
-    roots = (Path(runs) / sweep.name / scale.name, published)
-    records = []
-    for spec in expand(sweep, scale):
-        record = read_record(spec, find_folder(spec.run_id, roots))
-        if record.status in PUBLISHED:
-            record = publish(record, published / record.folder.name)
-        records.append(record)
-    return records
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Dev references and the paired bootstrap
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class References:
-    lines: Optional[list[str]]
-    problem: str = ""  # why `lines` is None
-
-
-def load_references(data: DataConfig, copy: Path) -> References:
-    """The dev references of the run's corpus (copied to `copy`), else the copy made earlier."""
-    from lightning_modules.data import CorpusError, dataset_directory, default_split_names, read_lines, resolve_splits
-
-    try:
-        train, dev, test = default_split_names(data)
-        directory = dataset_directory(data, download=False)
-        path = resolve_splits(directory, data.src_lang, data.tgt_lang, train=train, dev=dev, test=test).dev.tgt
-    except CorpusError as error:
-        if copy.is_file():
-            return References(read_lines(copy))
-        return References(None, f"the dev references are not available ({error})")
-    copy_if_changed(path, copy)
-    return References(read_lines(path))
-
-
-def read_hypotheses(folder: Path) -> Optional[list[str]]:
-    path = folder / "dev.hyp"
-    if not path.is_file():
-        return None
-    return path.read_bytes().decode("utf-8").removesuffix("\n").split("\n")
-
-
-@contextlib.contextmanager
-def environment(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
-
-
-def paired_bootstrap_p(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
-                       samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> float:
-    """p-value of sacreBLEU's paired bootstrap test of `system` against `baseline` (BLEU, 13a, one reference).
-
-    sacreBLEU counts only resampled differences strictly above the observed one, so an observed difference of
-    zero would come out as p = 1/(samples + 1); no difference is reported as p = 1.
-    """
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    with environment("SACREBLEU_SEED", str(seed)):  # PairedTest takes its seed from here when built
-        test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
-                          [list(references)], test_type="bs", n_samples=samples)
-    _, scores = test()
-    base_result, system_result = scores["BLEU"]
-    return 1.0 if system_result.score == base_result.score else float(system_result.p_value)
-
-
-@dataclass(frozen=True)
-class Significance:
-    p_value: Optional[float] = None
-    seed: Optional[int] = None
-    problem: str = ""  # why p_value is None
-
-
-def corpus_key(data: DataConfig) -> tuple:
-    return tuple(getattr(data, name) for name in CORPUS_FIELDS)
-
-
-def first_common_seed(base: Sequence[RunRecord], row: Sequence[RunRecord]) -> Optional[tuple[RunRecord, RunRecord]]:
-    done = {run.spec.seed: run for run in base if run.done}
-    return next(((done[run.spec.seed], run) for run in row if run.done and run.spec.seed in done), None)
-
-
-def compare_to_base(base: Sequence[RunRecord], row: Sequence[RunRecord], references: References) -> Significance:
-    """The row's dev BLEU against base's, on the hypotheses of the first seed both finished."""
-    pair = first_common_seed(base, row)
-    if pair is None:
-        return Significance(problem="no seed finished for both the row and base")
-    if references.lines is None:
-        return Significance(problem=references.problem)
-    base_run, row_run = pair
-    if corpus_key(row_run.spec.config.data) != corpus_key(base_run.spec.config.data):
-        return Significance(problem="the row's dev set is not base's")
-    base_hyps, row_hyps = read_hypotheses(base_run.folder), read_hypotheses(row_run.folder)
-    if base_hyps is None or row_hyps is None:
-        return Significance(problem="a run has no dev.hyp")
-    if not len(base_hyps) == len(row_hyps) == len(references.lines):
-        return Significance(problem=f"dev.hyp has {len(row_hyps)} lines, base's {len(base_hyps)}, "
-                                    f"the references {len(references.lines)}")
-    return Significance(paired_bootstrap_p(base_hyps, row_hyps, references.lines), row_run.spec.seed)
+from ..records import write_renderings
+from ..sweep import Row, Scale, Sweep, load_sweep, paper_units, scales_for
+from .collect import (BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, REFERENCES_FILE, References, RunRecord, Significance,
+                      collect, compare_to_base, load_references, publish_finished, records_dir)
+from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, signed, tex_row, tex_table
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -361,14 +173,15 @@ def summarize(row: Row, runs: Sequence[RunRecord], cells: Mapping[str, str]) -> 
     return RowResult(row, dict(cells), tuple(runs), stats)
 
 
-def build_table(sweep_path: str | Path, scale_name: str, runs: str | Path = "runs", out: str | Path = "results") -> Table:
+def build_table(sweep_path: str | Path, scale_name: str, runs: str | Path = "runs",
+                out: str | Path = "results") -> Table:
     """Collect and publish the records, then summarise every row and test it against base."""
     sweep = load_sweep(sweep_path)
     scales = scales_for(sweep_path)
     if scale_name not in scales:
         raise ValueError(f"--scale {scale_name!r}: unknown; scales: {', '.join(scales)}")
     scale = scales[scale_name]
-    records = collect(sweep, scale, runs, out)
+    records = publish_finished(collect(sweep, scale, runs, out), sweep, scale, out)
     extra = varying_fields([paper_units(sweep, row) for row in sweep.rows])
     summaries = {}
     for row in sweep.rows:
@@ -382,7 +195,8 @@ def build_table(sweep_path: str | Path, scale_name: str, runs: str | Path = "run
         result if result is base else replace(result, significance=compare_to_base(base.runs, result.runs, references))
         for result in summaries.values()
     )
-    return Table(sweep, scale, extra, base, results, header_lines(sweep, scale, records), notes(sweep, scale, base, results))
+    return Table(sweep, scale, extra, base, results, header_lines(sweep, scale, records),
+                 notes(sweep, scale, base, results))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -397,7 +211,9 @@ def distinct(values: Sequence[Any], missing: str) -> str:
 
 def describe_data(data: DataConfig) -> str:
     if data.dataset == "generated":
-        name = Path(data.path).name if data.path else f"generated-{data.generated_pairs}-{data.generated_seed}"
+        from lightning_modules.data import generated_corpus_dir
+
+        name = Path(data.path).name if data.path else generated_corpus_dir(data).name
         return f"generated ({name}, {data.generated_pairs} train pairs), vocabulary {data.vocab_size}"
     name = Path(data.path).name if data.path else data.dataset
     return f"{data.dataset} ({name}), vocabulary {data.vocab_size}"
@@ -513,16 +329,6 @@ def columns(table: Table) -> tuple[Column, ...]:
     return leading + paper + extra + MEASURED_COLUMNS
 
 
-def signed(value: Optional[float], digits: int) -> str:
-    if value is None:
-        return ""
-    return f"{round(value, digits) + 0.0:+.{digits}f}"  # + 0.0: no "-0.0"
-
-
-def fixed(value: Optional[float], digits: int) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
 def stat_cell(value: Optional[Stat], digits: int) -> str:
     if value is None:
         return "n/a"
@@ -572,56 +378,25 @@ def title(table: Table) -> str:
     return f"{table.sweep.name} at scale {table.scale.name}"
 
 
-def escape_markdown(text: str) -> str:
-    return text.replace("|", r"\|")
-
-
 def render_markdown(table: Table) -> str:
     cols = columns(table)
     lines = [f"# {title(table)}", ""]
     lines += [f"- **{label}**: {escape_markdown(value)}" for label, value in table.header]
-    lines += ["", "| " + " | ".join(c.label for c in cols) + " |",
-              "|" + "|".join(":---" if c.align == "l" else "---:" for c in cols) + "|"]
-    lines += ["| " + " | ".join(escape_markdown(cells[c.key]) for c in cols) + " |" for cells in display_rows(table)]
+    lines += [""] + markdown_table([c.label for c in cols], [c.align for c in cols],
+                                   ([escape_markdown(cells[c.key]) for c in cols] for cells in display_rows(table)))
     lines += ["", "Notes:", ""] + [f"- {escape_markdown(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
 
 
-TEX_SPECIALS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}",
-    "±": r"$\pm$", "Δ": r"$\Delta$", "ε": r"$\epsilon$", "×": r"$\times$", "÷": r"$\div$", "−": r"$-$", "—": "---",
-}
-
-
-def escape_tex(text: str) -> str:
-    return "".join(TEX_SPECIALS.get(char, char) for char in text)
-
-
 def render_tex(table: Table) -> str:
     cols = columns(table)
-    lines = [
-        "% Generated by `ablate table` from run records; needs \\usepackage{booktabs} and \\usepackage{graphicx}.",
-        r"\begin{table}[t]", r"\centering",
-        r"\caption{" + escape_tex(title(table)) + "}",
-        r"\resizebox{\textwidth}{!}{%",
-        r"\begin{tabular}{" + "".join(c.align for c in cols) + "}",
-        r"\toprule",
-        " & ".join(c.tex for c in cols) + r" \\",
-    ]
+    body = []
     for cells in display_rows(table):
         if cells["group"]:
-            lines.append(r"\midrule")
-        lines.append(" & ".join(escape_tex(cells[c.key]) for c in cols) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}}", r"\par\smallskip\footnotesize"]
-    lines += [escape_tex(f"{label}: {value}.") + r"\par" for label, value in table.header]
-    lines += [escape_tex(note) + r"\par" for note in table.notes]
-    lines.append(r"\end{table}")
-    return "\n".join(lines) + "\n"
-
-
-def csv_number(value: Optional[float]) -> str:
-    return "" if value is None else f"{value:.4f}"
+            body.append(r"\midrule")
+        body.append(tex_row(escape_tex(cells[c.key]) for c in cols))
+    footnotes = [f"{label}: {value}." for label, value in table.header] + list(table.notes)
+    return tex_table(title(table), "".join(c.align for c in cols), [c.tex for c in cols], body, footnotes, resize=True)
 
 
 def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
@@ -648,53 +423,9 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
 
 
 def render_csv(table: Table) -> str:
-    header, rows = csv_rows(table)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
+    return csv_text(*csv_rows(table))
 
 
 def write_table(table: Table, out: str | Path) -> list[Path]:
     renderers = ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex))
     return write_renderings(Path(out) / f"{table.sweep.name}_{table.scale.name}", table, renderers)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------------------------
-
-
-def write_outputs(table: Table, out: str | Path) -> list[Path]:
-    """The table, its plots, Table 2 when the sweep has base and big rows, the table as data, and the dashboard."""
-    from .cost import build_cost_table, write_cost_table
-    from .dashboard import write_dashboard, write_table_data
-    from .plots import table_curves, write_plots
-
-    paths = write_table(table, out)
-    curves = table_curves(table)
-    paths += write_plots(table, out, curves)
-    cost = build_cost_table(table, out)
-    if cost is not None:
-        paths += write_cost_table(cost, out)
-    paths.append(write_table_data(table, curves, out))
-    paths.append(write_dashboard(out))  # every table under `out`, not only this one
-    return paths
-
-
-def cmd_table(args: argparse.Namespace) -> int:
-    table = build_table(args.sweep, args.scale, runs=args.runs, out=args.out)
-    for path in write_outputs(table, args.out):
-        print(path)
-    print(dict(table.header)["Runs"])
-    return 0
-
-
-def add_table_parser(sub: Any) -> None:
-    parser = sub.add_parser("table", help="a sweep's table at one scale, from run records (Markdown, CSV, LaTeX), its plots, Table 2 and results/index.html")
-    parser.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
-    parser.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
-    parser.add_argument("--runs", default="runs", help="root of run folders (default: runs/)")
-    parser.add_argument("--out", default="results", help="where tables and published records go (default: results/)")
-    parser.set_defaults(handler=cmd_table)

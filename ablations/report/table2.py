@@ -17,23 +17,24 @@
   that building the table reads a record and never a clock.
 
 Checked against the paper: 12 h × 8 P100 × 9.5 TFLOPS = 3.3·10¹⁸ (base) and 3.5 days × 8 × 9.5 TFLOPS = 2.3·10¹⁹
-(big), its Table 2 figures.
+(big), its Table 2 figures. A note prices the paper's own runs by the counted rule as well, computed from the
+sweep's base and big rows in the paper's units (never typed in), and says what share of the P100's 9.5 TFLOPS
+the paper's figures imply.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
-from .records import write_renderings
-
-if TYPE_CHECKING:
-    from .tables import RowResult, RunRecord, Table
+from ..records import write_renderings
+from ..sweep import Sweep, paper_units
+from .collect import RunRecord
+from .render import csv_text, escape_tex, fixed, markdown_table, tex_row, tex_table
+from .table3 import RowResult, Table
 
 ROWS = ("base", "big")
 SUSTAINED_FILE = "sustained_flops.json"
@@ -136,13 +137,13 @@ def scaled_mean(values: list[Optional[float]], factor: float) -> Optional[float]
     return None if value is None else value * factor
 
 
-def training_seconds(run: "RunRecord") -> Optional[float]:
+def training_seconds(run: RunRecord) -> Optional[float]:
     """Training time, evaluation excluded as in the paper's 12 hours; the wall time where a run lacks it."""
     seconds = run.metrics.get("train_seconds", run.metrics.get("wall_seconds"))
     return None if seconds is None else float(seconds)
 
 
-def run_paper_method(run: "RunRecord", sustained: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
+def run_paper_method(run: RunRecord, sustained: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
     seconds = training_seconds(run)
     device = run_device(run.metrics, sustained)
     if seconds is None or device.flops_per_second is None:
@@ -150,7 +151,7 @@ def run_paper_method(run: "RunRecord", sustained: Mapping[str, Mapping[str, Any]
     return paper_method_flops(seconds, device.count, device.flops_per_second)
 
 
-def run_counted(run: "RunRecord") -> Optional[float]:
+def run_counted(run: RunRecord) -> Optional[float]:
     tokens = run.metrics.get("train_tokens")
     from lightning_modules.flops import training_flops  # torch, as before: only when a table counts
 
@@ -158,7 +159,7 @@ def run_counted(run: "RunRecord") -> Optional[float]:
     return None if tokens is None else training_flops(config.model, config.data.vocab_size, float(tokens))
 
 
-def cost_row(result: "RowResult", sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:
+def cost_row(result: RowResult, sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:
     done = result.done
     devices = sorted({run_device(run.metrics, sustained) for run in done}, key=repr)
     return CostRow(
@@ -182,7 +183,7 @@ class CostTable:
     notes: tuple[str, ...]
 
 
-def build_cost_table(table: "Table", out: str | Path) -> Optional[CostTable]:
+def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
     """Table 2 for the table's scale, or None when the sweep lacks a `base` or a `big` row."""
     results = {result.row.id: result for result in table.rows}
     if not all(row in results for row in ROWS):
@@ -198,8 +199,7 @@ def build_cost_table(table: "Table", out: str | Path) -> Optional[CostTable]:
         "(its base: 12 h × 8 P100 × 9.5 TFLOPS). On a CPU a device is a thread.",
         "Cost (counted) = 3 × forward FLOPs of the model's weight matrices over the trained tokens (source tokens "
         "taken equal to the recorded target tokens; attention products, norms and softmax not counted).",
-        "Paper cost counted by the same rule: base 9.5e17 and big 9.6e18 (63M and 213M parameters, 2.5e9 and 7.5e9 "
-        "target tokens), i.e. the paper's figures assume about 29 % and 42 % of the P100's 9.5 TFLOPS.",
+        papers_runs_counted(table.sweep),
     ]
     for row in rows:
         if row.device is not None and row.device.flops_per_second is None:
@@ -212,15 +212,30 @@ def build_cost_table(table: "Table", out: str | Path) -> Optional[CostTable]:
     return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes))
 
 
-def sci(value: Optional[float]) -> str:
+def papers_runs_counted(sweep: Sweep) -> str:
+    """The note pricing the paper's own base and big runs by the counted rule: the sweep's rows in the paper's
+    units, trained for their steps at their batch size, against the paper's cost by its method."""
+    from lightning_modules.flops import parameter_count, training_flops  # torch: only when a table counts
+
+    counted, params, tokens, shares = [], [], [], []
+    for name in ROWS:
+        config = paper_units(sweep, sweep.row(name))
+        trained = config.train.max_steps * config.data.batch_tokens
+        flops = training_flops(config.model, config.data.vocab_size, trained)
+        counted.append(sci(flops, 1))
+        params.append(f"{parameter_count(config.model, config.data.vocab_size) / 1e6:.0f}M")
+        tokens.append(sci(trained, 1))
+        shares.append(f"{100 * flops / PAPER[name].cost:.0f} %")
+    return (f"Paper cost counted by the same rule: base {counted[0]} and big {counted[1]} ({params[0]} and {params[1]} "
+            f"parameters, {tokens[0]} and {tokens[1]} target tokens), i.e. the paper's figures assume about "
+            f"{shares[0]} and {shares[1]} of the P100's {DOCUMENTED_FLOPS['P100'] / 1e12:g} TFLOPS.")
+
+
+def sci(value: Optional[float], digits: int = 2) -> str:
     if value is None:
         return ""
-    mantissa, exponent = f"{value:.2e}".split("e")
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
     return f"{mantissa}e{int(exponent)}"
-
-
-def fixed(value: Optional[float], digits: int) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
 
 
 COLUMNS = ("model", "BLEU (test)", "BLEU tok (test)", "paper BLEU EN-DE", "steps", "train time (min)",
@@ -235,42 +250,33 @@ def display(row: CostRow) -> list[str]:
 
 
 def render_markdown(cost: CostTable) -> str:
-    lines = [f"# Table 2 at scale {cost.scale}: test BLEU and training cost", "",
-             "| " + " | ".join(COLUMNS) + " |", "|:---|" + "---:|" * (len(COLUMNS) - 2) + ":---|"]
-    lines += ["| " + " | ".join(display(row)) + " |" for row in cost.rows]
+    aligns = ["l"] + ["r"] * (len(COLUMNS) - 2) + ["l"]
+    lines = [f"# Table 2 at scale {cost.scale}: test BLEU and training cost", ""]
+    lines += markdown_table(COLUMNS, aligns, (display(row) for row in cost.rows))
     lines += ["", "Notes:", ""] + [f"- {note}" for note in cost.notes]
     return "\n".join(lines) + "\n"
 
 
 def render_csv(cost: CostTable) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["row", "status", "seeds", "test_bleu", "test_bleu_tok", "paper_bleu", "steps", "train_seconds",
-                     "devices", "device", "sustained_flops_per_second", "cost_paper_method", "cost_counted", "paper_cost"])
+    header = ["row", "status", "seeds", "test_bleu", "test_bleu_tok", "paper_bleu", "steps", "train_seconds",
+              "devices", "device", "sustained_flops_per_second", "cost_paper_method", "cost_counted", "paper_cost"]
+    rows = []
     for row in cost.rows:
         device = row.device
-        writer.writerow([row.row, row.status, row.seeds, fixed(row.test_bleu, 4), fixed(row.test_bleu_tok, 4),
-                         f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
-                         "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
-                         "" if device is None else str(device.count), "" if device is None else device.name,
-                         "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
-                         "" if row.paper_method is None else f"{row.paper_method:.4e}",
-                         "" if row.counted is None else f"{row.counted:.4e}", f"{row.paper.cost:.4e}"])
-    return buffer.getvalue()
+        rows.append([row.row, row.status, row.seeds, fixed(row.test_bleu, 4), fixed(row.test_bleu_tok, 4),
+                     f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
+                     "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
+                     "" if device is None else str(device.count), "" if device is None else device.name,
+                     "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
+                     "" if row.paper_method is None else f"{row.paper_method:.4e}",
+                     "" if row.counted is None else f"{row.counted:.4e}", f"{row.paper.cost:.4e}"])
+    return csv_text(header, rows)
 
 
 def render_tex(cost: CostTable) -> str:
-    from .tables import escape_tex
-
-    lines = ["% Generated by `ablate table` from run records; needs \\usepackage{booktabs}.",
-             r"\begin{table}[t]", r"\centering", r"\caption{" + escape_tex(f"Table 2 at scale {cost.scale}") + "}",
-             r"\begin{tabular}{l" + "r" * (len(COLUMNS) - 2) + "l}", r"\toprule",
-             " & ".join(escape_tex(c) for c in COLUMNS) + r" \\", r"\midrule"]
-    lines += [" & ".join(escape_tex(cell) for cell in display(row)) + r" \\" for row in cost.rows]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
-    lines += [escape_tex(note) + r"\par" for note in cost.notes]
-    lines.append(r"\end{table}")
-    return "\n".join(lines) + "\n"
+    body = [r"\midrule"] + [tex_row(escape_tex(cell) for cell in display(row)) for row in cost.rows]
+    return tex_table(f"Table 2 at scale {cost.scale}", "l" + "r" * (len(COLUMNS) - 2) + "l",
+                     [escape_tex(c) for c in COLUMNS], body, cost.notes)
 
 
 def write_cost_table(cost: CostTable, out: str | Path) -> list[Path]:

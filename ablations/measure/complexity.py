@@ -30,9 +30,7 @@ the date, machine and thread count. These are measurements: a rerun gives differ
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import io
 import json
 import math
 import os
@@ -42,8 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .provenance import cpu_model
-from .records import write_atomic
+from ..provenance import cpu_model
+from ..records import write_atomic
+from ..report.render import csv_text, markdown_table
+from ..report.table2 import SUSTAINED_FILE, read_sustained
 
 LAYERS = ("self-attention", "restricted self-attention", "recurrent", "convolutional")
 # The paper's Table 1, row by row: complexity per layer, sequential operations, maximum path length.
@@ -182,12 +182,9 @@ def fit_exponent(sizes: Sequence[float], values: Sequence[float]) -> float:
         raise ValueError(f"fit_exponent: sizes ({len(sizes)}) and values ({len(values)}): expected two or more pairs")
     if any(s <= 0 for s in sizes) or any(v <= 0 for v in values):
         raise ValueError("fit_exponent: sizes and values must be positive for a log-log fit")
-    xs, ys = [math.log(s) for s in sizes], [math.log(v) for v in values]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    spread = sum((x - mx) ** 2 for x in xs)
-    if spread == 0:
+    if len(set(sizes)) == 1:
         raise ValueError("fit_exponent: all sizes are equal")
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread
+    return statistics.linear_regression([math.log(s) for s in sizes], [math.log(v) for v in values]).slope
 
 
 @dataclass(frozen=True)
@@ -469,49 +466,40 @@ def header(m: Measurement) -> list[str]:
 
 
 def render_markdown(m: Measurement) -> str:
-    rows = summary_rows(m)
     keys = list(SUMMARY_LABELS)
     lines = ["# Table 1: per-layer cost, measured", ""] + [f"- {line}" for line in header(m)] + [""]
-    lines += ["| " + " | ".join(SUMMARY_LABELS[key] for key in keys) + " |", "|:---|:---|" + "---:|" * 4 + ":---|:---|:---|:---|"]
-    lines += ["| " + " | ".join(row[key] for key in keys) + " |" for row in rows]
+    lines += markdown_table([SUMMARY_LABELS[key] for key in keys], ["l", "l"] + ["r"] * 4 + ["l"] * 4,
+                            ([row[key] for key in keys] for row in summary_rows(m)))
     lines += ["", "Expected exponents from the paper's column: self-attention n² d¹, restricted n¹ d¹, recurrent n¹ d², "
-              "convolutional n¹ d².", "", f"## Time per layer (ms) against n, d = {m.config.d}", ""]
-    lines += ["| layer | " + " | ".join(f"n={n}" for n in m.config.ns) + " |", "|:---|" + "---:|" * len(m.config.ns)]
-    for layer in LAYERS:
-        cells = [f"{t.seconds * 1000:.3f}" for t in m.timings if t.layer == layer and t.axis == "n"]
-        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Time per layer (ms) against d, n = {m.config.n_for_d}", ""]
-    lines += ["| layer | " + " | ".join(f"d={d}" for d in m.config.ds) + " |", "|:---|" + "---:|" * len(m.config.ds)]
-    for layer in LAYERS:
-        cells = [f"{t.seconds * 1000:.3f}" for t in m.timings if t.layer == layer and t.axis == "d"]
-        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+              "convolutional n¹ d²."]
+    for axis, held, sizes in (("n", f"d = {m.config.d}", m.config.ns), ("d", f"n = {m.config.n_for_d}", m.config.ds)):
+        lines += ["", f"## Time per layer (ms) against {axis}, {held}", ""]
+        cells = {layer: [f"{t.seconds * 1000:.3f}" for t in m.timings if t.layer == layer and t.axis == axis]
+                 for layer in LAYERS}
+        lines += markdown_table(["layer"] + [f"{axis}={size}" for size in sizes], ["l"] + ["r"] * len(sizes),
+                                ([layer] + cells[layer] for layer in LAYERS))
     return "\n".join(lines) + "\n"
 
 
+SUMMARY_CSV_KEYS = ("layer", "paper_complexity", "expected_exponent_n", "time_exponent_n", "flops_exponent_n",
+                    "expected_exponent_d", "time_exponent_d", "flops_exponent_d", "paper_sequential_ops", "graph_depth",
+                    "paper_max_path_length", "path_length")
+
+
 def render_summary_csv(m: Measurement) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    keys = ["layer", "paper_complexity", "expected_exponent_n", "time_exponent_n", "flops_exponent_n", "expected_exponent_d",
-            "time_exponent_d", "flops_exponent_d", "paper_sequential_ops", "graph_depth", "paper_max_path_length", "path_length"]
-    writer.writerow(keys + ["measured_at", "cpu_model", "threads"])
-    for row in summary_rows(m):
-        writer.writerow([row[key] for key in keys] + [m.measured_at, m.machine["cpu_model"], m.config.threads])
-    return buffer.getvalue()
+    provenance = [m.measured_at, m.machine["cpu_model"], m.config.threads]
+    return csv_text([*SUMMARY_CSV_KEYS, "measured_at", "cpu_model", "threads"],
+                    ([row[key] for key in SUMMARY_CSV_KEYS] + provenance for row in summary_rows(m)))
 
 
 def render_timings_csv(m: Measurement) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["layer", "axis", "n", "d", "seconds", "counted_flops", "measured_at", "cpu_model", "threads"])
-    for t in m.timings:
-        writer.writerow([t.layer, t.axis, t.n, t.d, f"{t.seconds:.6e}", t.flops, m.measured_at, m.machine["cpu_model"], m.config.threads])
-    return buffer.getvalue()
+    return csv_text(["layer", "axis", "n", "d", "seconds", "counted_flops", "measured_at", "cpu_model", "threads"],
+                    ([t.layer, t.axis, t.n, t.d, f"{t.seconds:.6e}", t.flops, m.measured_at, m.machine["cpu_model"],
+                      m.config.threads] for t in m.timings))
 
 
 def record_sustained(m: Measurement, out: Path) -> Path:
     """Merge this machine's one-thread figure into `<out>/sustained_flops.json`, keyed as Table 2 looks it up."""
-    from .cost import SUSTAINED_FILE, read_sustained
-
     path = out / SUSTAINED_FILE
     entries = dict(read_sustained(out))
     entries[f"cpu:{m.machine['cpu_model']}"] = {

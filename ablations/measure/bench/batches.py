@@ -1,0 +1,73 @@
+"""The bench's data: the built-in corpus (and Multi30k) batched as training batches them, and padding efficiency."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_modules.config import DataConfig
+from lightning_modules.data import TokenBudgetBatchSampler, TranslationDataModule, collate_pairs
+
+from .options import BenchOptions
+
+
+def padding_efficiency(sampler: TokenBudgetBatchSampler) -> float:
+    """Non-pad tokens / processed tokens over both sides of every batch of an epoch."""
+    return sampler.padding_efficiency(0)["both"]
+
+
+def bucketed_and_unbucketed(lengths_src, lengths_tgt, batch_tokens: int, seed: int = 0) -> dict[str, float]:
+    """Padding efficiency of length-bucketed batches (ours) and of the same packing in random order."""
+    bucketed = TokenBudgetBatchSampler(lengths_src, lengths_tgt, batch_tokens, seed=seed)
+    unbucketed = TokenBudgetBatchSampler(lengths_src, lengths_tgt, batch_tokens, seed=seed, sort_chunk=1)  # chunks of 1: no sorting
+    return {"bucketed": padding_efficiency(bucketed), "unbucketed": padding_efficiency(unbucketed)}
+
+
+def built_in_corpus(options: BenchOptions) -> TranslationDataModule:
+    data = TranslationDataModule(options.data_config(), seed=options.seed, max_positions=256)
+    data.setup("fit")
+    return data
+
+
+def multi30k_corpus(path: str, batch_tokens: int, seed: int) -> TranslationDataModule:
+    """Multi30k as the small preset cuts it (BPE 8000), batched at `batch_tokens`."""
+    cfg = DataConfig(dataset="multi30k", path=path, vocab_size=8000, batch_tokens=batch_tokens, max_tokens=256)
+    data = TranslationDataModule(cfg, seed=seed, max_positions=512, download=False)
+    data.setup("fit")
+    return data
+
+
+def training_batches(data: TranslationDataModule, count: int, device: torch.device) -> list[dict[str, Any]]:
+    """The first `count` batches of the first training epoch, collated once and moved to `device`."""
+    dataset = data.dataset("train")
+    indices = data.train_sampler().batches(0)[:count]
+    return [to_device(collate_pairs([dataset[i] for i in batch]), device) for batch in indices]
+
+
+def decode_sources(data: TranslationDataModule, options: BenchOptions, device: torch.device) -> list[Tensor]:
+    """The first dev sentences, sorted by length and cut into batches, as padded source tensors."""
+    dataset = data.dataset("dev")
+    n = min(options.decode_sentences, len(dataset))
+    order = sorted(range(n), key=lambda i: len(dataset[i][1]))
+    size = options.decode_batch_sentences
+    return [collate_pairs([dataset[i] for i in order[k: k + size]])["src"].to(device) for k in range(0, n, size)]
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {key: value.to(device) if isinstance(value, Tensor) else value for key, value in batch.items()}
+
+
+def collate_seconds(data: TranslationDataModule, batches: int) -> float:
+    """Median seconds to collate one training batch on the main process (the work a loader worker would take over)."""
+    dataset = data.dataset("train")
+    indices = data.train_sampler().batches(0)[:batches]
+    times = []
+    for batch in indices:
+        started = time.perf_counter()
+        collate_pairs([dataset[i] for i in batch])
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)

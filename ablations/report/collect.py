@@ -1,0 +1,228 @@
+"""A sweep's run records, read and published: what every table, plot and the dashboard are built from.
+
+The runs a table needs come from `expand(sweep, scale)`; each is found by its run id under
+`<runs>/<sweep>/<scale>/` or among the records already published under `<out>/records/<sweep>_<scale>/`. A
+finished (done, diverged or failed) run's small record (config.yaml, metrics.json, dev.hyp, test.hyp and its
+curves as `curves-<attempt>.csv`; never checkpoints) is copied there, and so are the dev references
+(`dev.ref`), so that `<out>` alone rebuilds the same table. Also here: the paired bootstrap of a row's dev BLEU
+against base's, and a record's curves.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from lightning_modules.config import DataConfig
+
+from ..records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic
+from ..sweep import RunSpec, Scale, Sweep, expand, read_yaml
+
+PUBLISHED = ("done", "diverged", "failed")  # statuses that no longer change; only `done` runs enter the means
+RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp")
+REFERENCES_FILE = "dev.ref"
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 12345  # sacreBLEU's default; it treats 0 as "unseeded"
+CORPUS_FIELDS = ("dataset", "path", "src_lang", "tgt_lang", "dev_split", "generated_pairs", "generated_seed",
+                 "cache_dir")
+CURVE_KEYS = ("dev/ppl", "dev/bleu", "train/loss")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    spec: RunSpec
+    status: str  # a metrics.json status, `pending` without one, `missing` without a folder
+    metrics: Mapping[str, Any]
+    meta: Mapping[str, Any]
+    folder: Optional[Path]
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+
+def records_dir(out: str | Path, sweep: Sweep, scale: Scale) -> Path:
+    return Path(out) / "records" / f"{sweep.name}_{scale.name}"
+
+
+def find_folder(run_id: str, roots: Sequence[Path]) -> Optional[Path]:
+    """The first folder named `*-<run_id>` in the first root that has one."""
+    for root in roots:
+        matches = sorted(path for path in root.glob(f"*-{run_id}") if path.is_dir())
+        if matches:
+            return matches[0]
+    return None
+
+
+def read_record(spec: RunSpec, folder: Optional[Path]) -> RunRecord:
+    if folder is None:
+        return RunRecord(spec, "missing", {}, {}, None)
+    metrics = read_metrics(folder) or {}
+    config_file = folder / CONFIG_FILE
+    document = read_yaml(config_file) if config_file.is_file() else {}
+    return RunRecord(spec, metrics.get("status", "pending"), metrics, dict(document.get("meta") or {}), folder)
+
+
+def copy_if_changed(source: Path, destination: Path) -> None:
+    """Copy a text file through a temporary file, leaving an identical destination untouched."""
+    data = source.read_bytes()
+    if destination.is_file() and destination.read_bytes() == data:
+        return
+    write_atomic(destination, data.decode("utf-8"))
+
+
+def record_files(folder: Path) -> list[tuple[str, Path]]:
+    """(name in the published record, source file): the small files, never checkpoints."""
+    files = [(name, folder / name) for name in RECORD_FILES if (folder / name).is_file()]
+    files += [(f"curves-{path.parent.name}.csv", path) for path in sorted(folder.glob("logs/*/metrics.csv"))]
+    return files
+
+
+def publish(record: RunRecord, destination: Path) -> RunRecord:
+    if record.folder != destination:
+        for name, source in record_files(record.folder):
+            copy_if_changed(source, destination / name)
+    return replace(record, folder=destination)
+
+
+def collect(sweep: Sweep, scale: Scale, runs: str | Path, out: str | Path) -> list[RunRecord]:
+    """Every expected run of the sweep at the scale, read from `runs` or from what `out` has published."""
+    roots = (Path(runs) / sweep.name / scale.name, records_dir(out, sweep, scale))
+    return [read_record(spec, find_folder(spec.run_id, roots)) for spec in expand(sweep, scale)]
+
+
+def publish_finished(records: Sequence[RunRecord], sweep: Sweep, scale: Scale, out: str | Path) -> list[RunRecord]:
+    """The records, every finished one (done, diverged, failed) published under `<out>/records/` first."""
+    published = records_dir(out, sweep, scale)
+    return [publish(record, published / record.folder.name) if record.status in PUBLISHED else record
+            for record in records]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Dev references and the paired bootstrap
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class References:
+    lines: Optional[list[str]]
+    problem: str = ""  # why `lines` is None
+
+
+def load_references(data: DataConfig, copy: Path) -> References:
+    """The dev references of the run's corpus (copied to `copy`), else the copy made earlier."""
+    from lightning_modules.data import CorpusError, dataset_directory, default_split_names, read_lines, resolve_splits
+
+    try:
+        train, dev, test = default_split_names(data)
+        directory = dataset_directory(data, download=False)
+        path = resolve_splits(directory, data.src_lang, data.tgt_lang, train=train, dev=dev, test=test).dev.tgt
+    except CorpusError as error:
+        if copy.is_file():
+            return References(read_lines(copy))
+        return References(None, f"the dev references are not available ({error})")
+    copy_if_changed(path, copy)
+    return References(read_lines(path))
+
+
+def read_hypotheses(folder: Path) -> Optional[list[str]]:
+    path = folder / "dev.hyp"
+    if not path.is_file():
+        return None
+    return path.read_bytes().decode("utf-8").removesuffix("\n").split("\n")
+
+
+def paired_bootstrap_p(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
+                       samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> float:
+    """p-value of sacreBLEU's paired bootstrap test of `system` against `baseline` (BLEU, 13a, one reference).
+
+    sacreBLEU counts only resampled differences strictly above the observed one, so an observed difference of
+    zero would come out as p = 1/(samples + 1); no difference is reported as p = 1.
+    """
+    from unittest import mock  # with asyncio behind it: not at module level, `ablate --help` stays fast
+
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    with mock.patch.dict(os.environ, {"SACREBLEU_SEED": str(seed)}):  # PairedTest takes its seed from here when built
+        test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
+                          [list(references)], test_type="bs", n_samples=samples)
+    _, scores = test()
+    base_result, system_result = scores["BLEU"]
+    return 1.0 if system_result.score == base_result.score else float(system_result.p_value)
+
+
+@dataclass(frozen=True)
+class Significance:
+    p_value: Optional[float] = None
+    seed: Optional[int] = None
+    problem: str = ""  # why p_value is None
+
+
+def corpus_key(data: DataConfig) -> tuple:
+    return tuple(getattr(data, name) for name in CORPUS_FIELDS)
+
+
+def first_common_seed(base: Sequence[RunRecord], row: Sequence[RunRecord]) -> Optional[tuple[RunRecord, RunRecord]]:
+    done = {run.spec.seed: run for run in base if run.done}
+    return next(((done[run.spec.seed], run) for run in row if run.done and run.spec.seed in done), None)
+
+
+def compare_to_base(base: Sequence[RunRecord], row: Sequence[RunRecord], references: References) -> Significance:
+    """The row's dev BLEU against base's, on the hypotheses of the first seed both finished."""
+    pair = first_common_seed(base, row)
+    if pair is None:
+        return Significance(problem="no seed finished for both the row and base")
+    if references.lines is None:
+        return Significance(problem=references.problem)
+    base_run, row_run = pair
+    if corpus_key(row_run.spec.config.data) != corpus_key(base_run.spec.config.data):
+        return Significance(problem="the row's dev set is not base's")
+    base_hyps, row_hyps = read_hypotheses(base_run.folder), read_hypotheses(row_run.folder)
+    if base_hyps is None or row_hyps is None:
+        return Significance(problem="a run has no dev.hyp")
+    if not len(base_hyps) == len(row_hyps) == len(references.lines):
+        return Significance(problem=f"dev.hyp has {len(row_hyps)} lines, base's {len(base_hyps)}, "
+                                    f"the references {len(references.lines)}")
+    return Significance(paired_bootstrap_p(base_hyps, row_hyps, references.lines), row_run.spec.seed)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Curves
+# --------------------------------------------------------------------------------------------------------------
+
+
+def read_curves(folder: Optional[Path]) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) series of a record's `curves-<attempt>.csv` files, attempts in order, by step.
+
+    The `-final` files hold the separate final evaluation (logged at step 0), not points of the curve.
+    """
+    curves: dict[str, dict[int, float]] = {key: {} for key in CURVE_KEYS}
+    if folder is None:
+        return {key: [] for key in CURVE_KEYS}
+    for path in sorted(Path(folder).glob("curves-*.csv"), key=attempt_order):
+        if path.stem.endswith("-final"):
+            continue
+        with path.open(encoding="utf-8", newline="") as handle:
+            for line in csv.DictReader(handle):
+                step = line.get("step")
+                for key in CURVE_KEYS:
+                    value = line.get(key)
+                    if step and value:
+                        curves[key][int(float(step))] = float(value)  # a resumed attempt overwrites repeated steps
+    return {key: sorted(points.items()) for key, points in curves.items()}
+
+
+def attempt_order(path: Path) -> tuple[int, str]:
+    """curves-attempt-10.csv after curves-attempt-9.csv."""
+    number = path.stem.removeprefix("curves-attempt-").split("-")[0]
+    return (int(number) if number.isdigit() else 0, path.name)
+
