@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make table3   set up .venv, then regenerate Table 3 at the smallest scale
-#   make test     set up .venv, then run the test suite
+#   make test     set up .venv, then lint (ruff) and run the test suite
 # Set-up is idempotent: it reruns only when pyproject.toml changes.
 
 PYTHON ?= python3
@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: setup table3 params test test-fast
+.PHONY: setup table3 params lint test test-fast
 
 setup: $(STAMP)
 
@@ -34,7 +34,12 @@ table3: $(STAMP)
 params: $(STAMP)
 	$(BIN)/ablate params sweeps/table3.yaml --vocab 37000
 
-test: $(STAMP)
+# ruff: the linter and the formatter's check over the whole tree (pyproject.toml's [tool.ruff])
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)

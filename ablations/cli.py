@@ -25,7 +25,9 @@ def cmd_params(args: argparse.Namespace) -> int:
     for row in rows:
         paper = row["paper_params_m"]
         table.add_row(
-            row["row"], row["group"], f"{row['params'] / 1e6:.1f}M",
+            row["row"],
+            row["group"],
+            f"{row['params'] / 1e6:.1f}M",
             "—" if paper is None else f"{paper:g}M",
             "" if paper is None else f"{row['params'] / 1e6 - paper:+.1f}M",
             "" if row["within_tolerance"] is None else ("yes" if row["within_tolerance"] else "NO"),
@@ -60,7 +62,9 @@ def resolve_run(args: argparse.Namespace):
             config = build_config(apply_sets(config.to_dict(), sets), str(args.config))
         meta["run_id"] = config.run_id()
         return config, meta
-    missing = [flag for flag, value in (("--sweep", args.sweep), ("--row", args.row), ("--scale", args.scale)) if not value]
+    missing = [
+        flag for flag, value in (("--sweep", args.sweep), ("--row", args.row), ("--scale", args.scale)) if not value
+    ]
     if missing:
         raise ValueError(f"missing {', '.join(missing)}: give --sweep, --row and --scale, or --config FILE")
     sweep = load_sweep(args.sweep)
@@ -88,7 +92,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     pin_cpus_from_env()  # before torch starts its threads: the cores `ablate sweep` gave this run
     config, meta = resolve_run(args)
     if args.print_config:
-        print(yaml.safe_dump({"run_id": config.run_id(), "meta": meta, "config": config.to_dict()}, sort_keys=False), end="")
+        print(
+            yaml.safe_dump({"run_id": config.run_id(), "meta": meta, "config": config.to_dict()}, sort_keys=False),
+            end="",
+        )
         return 0
     if args.devices < 1:
         raise ValueError(f"--devices {args.devices}: expected a positive integer")
@@ -98,13 +105,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else run_folder(args.out, meta, config)
     callbacks = train_callbacks()
     if not is_rank_zero():  # a DDP rank >= 1 that Lightning started: rank 0 holds the lock and writes the records
-        train_run(config, run_dir, meta, progress=False, devices=args.devices, accelerator=args.accelerator,
-                  callbacks=callbacks)
+        train_run(
+            config,
+            run_dir,
+            meta,
+            progress=False,
+            devices=args.devices,
+            accelerator=args.accelerator,
+            callbacks=callbacks,
+        )
         return 0
     print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
     with train_lock(run_dir):  # one trainer per run folder, whoever started it
-        metrics = train_run(config, run_dir, meta, progress=sys.stderr.isatty(), devices=args.devices,
-                            accelerator=args.accelerator, callbacks=callbacks)
+        metrics = train_run(
+            config,
+            run_dir,
+            meta,
+            progress=sys.stderr.isatty(),
+            devices=args.devices,
+            accelerator=args.accelerator,
+            callbacks=callbacks,
+        )
     keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
@@ -139,13 +160,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.gpus_per_run is not None and args.gpus_per_run < 1:
         raise ValueError(f"--gpus-per-run {args.gpus_per_run}: expected a positive integer")
     slurm = slurm_options(args)
-    return run_sweep(args.sweep, args.scale, rows=rows, seeds=seeds, workers=args.workers, out=args.out, sets=sets,
-                     dry_run=args.dry_run, retry_failed=args.retry_failed, gpus_per_run=args.gpus_per_run or 1, slurm=slurm,
-                     wait=args.wait, reuse=not args.no_reuse)
+    return run_sweep(
+        args.sweep,
+        args.scale,
+        rows=rows,
+        seeds=seeds,
+        workers=args.workers,
+        out=args.out,
+        sets=sets,
+        dry_run=args.dry_run,
+        retry_failed=args.retry_failed,
+        gpus_per_run=args.gpus_per_run or 1,
+        slurm=slurm,
+        wait=args.wait,
+        reuse=not args.no_reuse,
+    )
 
 
-SLURM_FLAGS = ("slurm_partition", "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_array_parallelism",
-               "slurm_cluster", "wait")
+SLURM_FLAGS = (
+    "slurm_partition",
+    "slurm_time",
+    "slurm_gpus_per_node",
+    "slurm_cpus_per_task",
+    "slurm_array_parallelism",
+    "slurm_cluster",
+    "wait",
+)
 
 
 def slurm_options(args: argparse.Namespace):
@@ -164,23 +204,42 @@ def slurm_options(args: argparse.Namespace):
         if args.slurm_gpus_per_node < 0:
             raise ValueError(f"--slurm-gpus-per-node {args.slurm_gpus_per_node}: expected 0 or more")
         if args.gpus_per_run is not None and args.slurm_gpus_per_node != gpus:
-            raise ValueError(f"--slurm-gpus-per-node {args.slurm_gpus_per_node} and --gpus-per-run {gpus} disagree: "
-                             "each run is one job with its GPUs on one node")
+            raise ValueError(
+                f"--slurm-gpus-per-node {args.slurm_gpus_per_node} and --gpus-per-run {gpus} disagree: "
+                "each run is one job with its GPUs on one node"
+            )
         gpus = args.slurm_gpus_per_node
-    for flag, value in (("--slurm-time", args.slurm_time), ("--slurm-cpus-per-task", args.slurm_cpus_per_task),
-                        ("--slurm-array-parallelism", args.slurm_array_parallelism)):
+    for flag, value in (
+        ("--slurm-time", args.slurm_time),
+        ("--slurm-cpus-per-task", args.slurm_cpus_per_task),
+        ("--slurm-array-parallelism", args.slurm_array_parallelism),
+    ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} {value}: expected a positive integer")
-    return SlurmOptions(partition=args.slurm_partition, time_min=args.slurm_time or SlurmOptions.time_min, gpus_per_run=gpus,
-                        cpus_per_task=args.slurm_cpus_per_task, array_parallelism=args.slurm_array_parallelism,
-                        cluster=args.slurm_cluster)
+    return SlurmOptions(
+        partition=args.slurm_partition,
+        time_min=args.slurm_time or SlurmOptions.time_min,
+        gpus_per_run=gpus,
+        cpus_per_task=args.slurm_cpus_per_task,
+        array_parallelism=args.slurm_array_parallelism,
+        cluster=args.slurm_cluster,
+    )
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from .search.command import run_search
 
-    return run_search(args.search, trials=args.trials, storage=args.storage, workers=args.workers, scale=args.scale,
-                      out=args.out, sampler=args.sampler, trial_timeout=args.trial_timeout, sets=command_sets(args))
+    return run_search(
+        args.search,
+        trials=args.trials,
+        storage=args.storage,
+        workers=args.workers,
+        scale=args.scale,
+        out=args.out,
+        sampler=args.sampler,
+        trial_timeout=args.trial_timeout,
+        sets=command_sets(args),
+    )
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -226,8 +285,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     # The precision our presets train these dimensions in (the small preset: bf16-mixed) where the hardware has bf16.
     args.precision = args.precision or default_precision(args.device)
-    overrides = {"threads": args.threads, "device": args.device, "precision": args.precision, "multi30k": args.multi30k,
-                 "compile": args.compile, "clock": args.clock, "peak_tflops": args.peak_tflops}
+    overrides = {
+        "threads": args.threads,
+        "device": args.device,
+        "precision": args.precision,
+        "multi30k": args.multi30k,
+        "compile": args.compile,
+        "clock": args.clock,
+        "peak_tflops": args.peak_tflops,
+    }
     if args.no_levers:
         overrides["levers"] = False
     options = BenchOptions.at(args.dims or "small", quick=args.quick, **overrides)
@@ -248,30 +314,49 @@ def add_search_parser(sub: Any) -> None:
     from .sweep import DATA_HELP
 
     parser = sub.add_parser(
-        "search", help="hyperparameter search (optuna) around a sweep row; each trial is a training process",
+        "search",
+        help="hyperparameter search (optuna) around a sweep row; each trial is a training process",
         description="Search the parameters of a search file (e.g. sweeps/search_tiny.yaml) with optuna: K worker "
         "processes share one study, each trial trains in a process of its own and may be pruned at a validation. "
         "Ends with exactly N trials in the study, prints the best and writes <out>/<name>_best.yaml, a sweep file.",
     )
     parser.add_argument("search", help="search file, e.g. sweeps/search_tiny.yaml")
-    parser.add_argument("--trials", type=int, metavar="N", help="trials in the study in all (default: the file's budget)")
-    parser.add_argument("--storage", help="sqlite:///F.db, postgresql://..., journal:PATH or PATH.journal "
-                        "(default: sqlite:///<out>/<name>.db)")
-    parser.add_argument("--workers", type=int, default=1, metavar="K", help="trials at a time, each a worker process (default 1)")
+    parser.add_argument(
+        "--trials", type=int, metavar="N", help="trials in the study in all (default: the file's budget)"
+    )
+    parser.add_argument(
+        "--storage",
+        help="sqlite:///F.db, postgresql://..., journal:PATH or PATH.journal (default: sqlite:///<out>/<name>.db)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="K", help="trials at a time, each a worker process (default 1)"
+    )
     parser.add_argument("--scale", help="scale preset (default: the file's scale)")
-    parser.add_argument("--out", default="runs/search", help="where the study, trial runs and best sweep go (default: runs/search)")
-    parser.add_argument("--sampler", choices=("tpe", "grid"), default="tpe",
-                        help="tpe (seeded, default) or grid (every combination of categorical choices, enqueued)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="fixed in every trial, e.g. --set train.max_steps=300")
+    parser.add_argument(
+        "--out", default="runs/search", help="where the study, trial runs and best sweep go (default: runs/search)"
+    )
+    parser.add_argument(
+        "--sampler",
+        choices=("tpe", "grid"),
+        default="tpe",
+        help="tpe (seeded, default) or grid (every combination of categorical choices, enqueued)",
+    )
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="fixed in every trial, e.g. --set train.max_steps=300"
+    )
     parser.add_argument("--data", help=DATA_HELP)
-    parser.add_argument("--trial-timeout", type=float, metavar="SECONDS", help="stop and fail a trial that trains longer")
+    parser.add_argument(
+        "--trial-timeout", type=float, metavar="SECONDS", help="stop and fail a trial that trains longer"
+    )
     parser.set_defaults(handler=cmd_search)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .sweep import DATA_HELP
 
-    parser = argparse.ArgumentParser(prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'.")
+    parser = argparse.ArgumentParser(
+        prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     params = sub.add_parser("params", help="parameter count of every row of a sweep beside the paper's")
@@ -287,62 +372,115 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--scale", help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
     train.add_argument("--config", help="a resolved config file (a run folder's config.yaml)")
     train.add_argument("--data", help=DATA_HELP)
-    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set positional=none --set train.max_steps=500")
+    train.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override, e.g. --set positional=none --set train.max_steps=500",
+    )
     train.add_argument("--seed", type=int, help="random seed (default: the sweep's first)")
     train.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
-    train.add_argument("--run-dir", help="train into exactly this folder instead of one under --out (used by `ablate sweep`)")
+    train.add_argument(
+        "--run-dir", help="train into exactly this folder instead of one under --out (used by `ablate sweep`)"
+    )
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    train.add_argument("--devices", type=int, default=1, metavar="G",
-                       help="DDP ranks (GPUs, or CPU processes with --accelerator cpu); global batch = G x data.batch_tokens")
-    train.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu", "cuda"), help="Lightning accelerator (default: auto)")
+    train.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        metavar="G",
+        help="DDP ranks (GPUs, or CPU processes with --accelerator cpu); global batch = G x data.batch_tokens",
+    )
+    train.add_argument(
+        "--accelerator",
+        default="auto",
+        choices=("auto", "cpu", "gpu", "cuda"),
+        help="Lightning accelerator (default: auto)",
+    )
     train.set_defaults(handler=cmd_train)
 
     sweep = sub.add_parser(
-        "sweep", help="train a sweep's rows x seeds on this machine, K runs at a time (skips finished runs)",
+        "sweep",
+        help="train a sweep's rows x seeds on this machine, K runs at a time (skips finished runs)",
         description="Train every run of a sweep at a scale, each in a process of its own, K at a time. Finished runs are "
         "skipped, interrupted ones resume from their last checkpoint; a lock per run folder keeps two sweeps on the same "
         "--out from training the same run. Exit code 0 only when every selected run ends done.",
     )
     sweep.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
-    sweep.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (scales.yaml beside the sweep)")
+    sweep.add_argument(
+        "--scale", required=True, help="scale preset: tiny, small or paper (scales.yaml beside the sweep)"
+    )
     sweep.add_argument("--rows", help="comma-separated row ids, e.g. A1,B2 (default: all rows)")
     seeds = sweep.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
     seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
-    sweep.add_argument("--workers", type=int, metavar="K", help="runs at a time (default: one per GPU, else 1); each gets cores // K")
+    sweep.add_argument(
+        "--workers", type=int, metavar="K", help="runs at a time (default: one per GPU, else 1); each gets cores // K"
+    )
     sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
-    sweep.add_argument("--set", action="append", metavar="KEY=VALUE", help="override for every run, e.g. --set train.max_steps=500")
+    sweep.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override for every run, e.g. --set train.max_steps=500"
+    )
     sweep.add_argument("--data", help=DATA_HELP)
     sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
     sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
-    sweep.add_argument("--no-reuse", action="store_true",
-                       help="train a run even when another sweep under --out has a done run with the same id (same config)")
-    sweep.add_argument("--gpus-per-run", type=int, metavar="G",
-                       help="GPUs per run (default 1), trained with DDP when G > 1 (without CUDA: G CPU processes); global batch = G x data.batch_tokens")
-    sweep.add_argument("--launcher", choices=("local", "slurm"), default="local",
-                       help="local: train here, K at a time (default); slurm: submit one job array through submitit and return")
+    sweep.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="train a run even when another sweep under --out has a done run with the same id (same config)",
+    )
+    sweep.add_argument(
+        "--gpus-per-run",
+        type=int,
+        metavar="G",
+        help="GPUs per run (default 1), trained with DDP when G > 1 (without CUDA: G CPU processes); global batch = G x data.batch_tokens",
+    )
+    sweep.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: train here, K at a time (default); slurm: submit one job array through submitit and return",
+    )
     slurm = sweep.add_argument_group("SLURM (--launcher slurm)")
     slurm.add_argument("--slurm-partition", metavar="P", help="partition to submit to")
-    slurm.add_argument("--slurm-time", type=int, metavar="MIN", help="time limit per run in minutes (default: 1440); "
-                       "a run reaching it is requeued (up to 3 times) and resumes from its last checkpoint")
-    slurm.add_argument("--slurm-gpus-per-node", type=int, metavar="G", help="GPUs per job (default: --gpus-per-run; 0: CPU-only jobs)")
+    slurm.add_argument(
+        "--slurm-time",
+        type=int,
+        metavar="MIN",
+        help="time limit per run in minutes (default: 1440); "
+        "a run reaching it is requeued (up to 3 times) and resumes from its last checkpoint",
+    )
+    slurm.add_argument(
+        "--slurm-gpus-per-node", type=int, metavar="G", help="GPUs per job (default: --gpus-per-run; 0: CPU-only jobs)"
+    )
     slurm.add_argument("--slurm-cpus-per-task", type=int, metavar="C", help="CPUs per task (one task per GPU)")
     slurm.add_argument("--slurm-array-parallelism", type=int, metavar="K", help="runs of the array running at once")
-    slurm.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # submitit cluster: "local" runs the jobs here (tests)
+    slurm.add_argument(
+        "--slurm-cluster", help=argparse.SUPPRESS
+    )  # submitit cluster: "local" runs the jobs here (tests)
     slurm.add_argument("--wait", action="store_true", help="wait for the jobs and report like the local launcher")
     sweep.set_defaults(handler=cmd_sweep)
 
-    sync = sub.add_parser("sync", help="upload offline wandb runs of run folders (wandb sync), skipping synced ones",
-                          description="Find <run>/wandb/offline-run-* under RUNS_DIR and upload each with `wandb sync`. Runs "
-                          "already synced (wandb's .synced marker) are skipped. Fails fast when no wandb server answers.")
-    sync.add_argument("runs_dir", nargs="?", default="runs", metavar="RUNS_DIR", help="root of run folders (default: runs/)")
-    sync.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per run before giving up (default: 120)")
+    sync = sub.add_parser(
+        "sync",
+        help="upload offline wandb runs of run folders (wandb sync), skipping synced ones",
+        description="Find <run>/wandb/offline-run-* under RUNS_DIR and upload each with `wandb sync`. Runs "
+        "already synced (wandb's .synced marker) are skipped. Fails fast when no wandb server answers.",
+    )
+    sync.add_argument(
+        "runs_dir", nargs="?", default="runs", metavar="RUNS_DIR", help="root of run folders (default: runs/)"
+    )
+    sync.add_argument(
+        "--timeout", type=float, default=120.0, metavar="S", help="seconds per run before giving up (default: 120)"
+    )
     sync.add_argument("--dry-run", action="store_true", help="list what would be synced")
     sync.set_defaults(handler=cmd_sync)
 
     average = sub.add_parser("average", help="average the last k periodic checkpoints of a run")
     average.add_argument("checkpoints", help="a run's checkpoints/ folder")
-    average.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)")
+    average.add_argument(
+        "--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)"
+    )
     average.add_argument("--output", required=True, help="file to write the averaged weights to")
     average.set_defaults(handler=cmd_average)
     from .report import add_table_parser
@@ -350,27 +488,44 @@ def build_parser() -> argparse.ArgumentParser:
     add_table_parser(sub)
     add_search_parser(sub)
     bench = sub.add_parser(
-        "bench", help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",
+        "bench",
+        help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",
         description="Measure, in one process, interleaved, with medians: training tokens/s of our Lightning step against a "
         "bare PyTorch loop, Hugging Face MarianMTModel and torch.nn.Transformer at the same dimensions, batches, threads and "
         "precision; beam-4 decoding against HF generate and our uncached decoder; the batch sampler's padding efficiency; "
         "peak memory; and each speed lever against its alternative. Needs `transformers` (the dev extra).",
     )
-    bench.add_argument("--quick", action="store_true", help="about a minute: fewer rounds and sentences, no lever timings")
-    bench.add_argument("--dims", choices=("small", "base"),
-                       help="small (default): d_model 128, 2,048-token batches, sized for a CPU core; base: the paper's base "
-                            "model (d_model 512, d_ff 2048) at its 25,000-token batches, for a GPU's tokens/s and MFU")
+    bench.add_argument(
+        "--quick", action="store_true", help="about a minute: fewer rounds and sentences, no lever timings"
+    )
+    bench.add_argument(
+        "--dims",
+        choices=("small", "base"),
+        help="small (default): d_model 128, 2,048-token batches, sized for a CPU core; base: the paper's base "
+        "model (d_model 512, d_ff 2048) at its 25,000-token batches, for a GPU's tokens/s and MFU",
+    )
     bench.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     bench.add_argument("--markdown", metavar="FILE", help="also write the report, e.g. results/bench.md")
-    bench.add_argument("--multi30k", metavar="DIR", help="Multi30k directory (train.en/train.de ...), for its padding efficiency")
+    bench.add_argument(
+        "--multi30k", metavar="DIR", help="Multi30k directory (train.en/train.de ...), for its padding efficiency"
+    )
     bench.add_argument("--threads", type=int, default=1, help="torch threads for every contender (default: 1)")
     bench.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
-    bench.add_argument("--precision", choices=("32-true", "bf16-mixed"),
-                       help="for every training contender (default: bf16-mixed on CUDA and on CPUs with avx512_bf16 or "
-                            "amx_bf16, else 32-true); decoding is timed in fp32")
-    bench.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                       help="wall (default) or cpu: this process's CPU time, steadier when other jobs share the cores")
-    bench.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when its name is not known to the bench")
+    bench.add_argument(
+        "--precision",
+        choices=("32-true", "bf16-mixed"),
+        help="for every training contender (default: bf16-mixed on CUDA and on CPUs with avx512_bf16 or "
+        "amx_bf16, else 32-true); decoding is timed in fp32",
+    )
+    bench.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall (default) or cpu: this process's CPU time, steadier when other jobs share the cores",
+    )
+    bench.add_argument(
+        "--peak-tflops", type=float, help="the GPU's dense bf16 peak, when its name is not known to the bench"
+    )
     bench.add_argument("--compile", action="store_true", help="also time torch.compile (minutes of warm-up on CPU)")
     bench.add_argument("--no-levers", action="store_true", help="skip the lever timings of the full bench")
     bench.set_defaults(handler=cmd_bench)

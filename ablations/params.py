@@ -21,15 +21,22 @@ def parameter_table(sweep_path: str, vocab_size: int = 37000, scale: Optional[st
     rows = []
     for row in sweep.rows:
         config = resolve(sweep, row, preset, 0) if preset else paper_units(sweep, row)
-        params = parameter_count(config.model, vocab_size or config.data.vocab_size)
+        model = config.model
+        params = parameter_count(model, vocab_size or config.data.vocab_size)
         paper = row.paper.params_m
-        rows.append({
-            "row": row.id,
-            "group": row.group,
-            "params": params,
-            "paper_params_m": paper,
-            "within_tolerance": None if paper is None or scale else within_tolerance(params, paper),
-            "N": model.N, "d_model": model.d_model, "d_ff": model.d_ff, "h": model.h,
-            "d_k": model.head_dim_k, "d_v": model.head_dim_v,
-        })
+        rows.append(
+            {
+                "row": row.id,
+                "group": row.group,
+                "params": params,
+                "paper_params_m": paper,
+                "within_tolerance": None if paper is None or scale else within_tolerance(params, paper),
+                "N": model.N,
+                "d_model": model.d_model,
+                "d_ff": model.d_ff,
+                "h": model.h,
+                "d_k": model.head_dim_k,
+                "d_v": model.head_dim_v,
+            }
+        )
     return rows

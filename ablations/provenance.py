@@ -21,7 +21,9 @@ def hardware() -> dict[str, Any]:
 
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "cpu_model": cpu_model(), "torch_threads": torch.get_num_threads(), "commit": code_commit(),
+        "cpu_model": cpu_model(),
+        "torch_threads": torch.get_num_threads(),
+        "commit": code_commit(),
         "torch_version": torch.__version__,
     }
 
@@ -30,12 +32,16 @@ def code_commit(directory: Path = Path(__file__).parent) -> Optional[str]:
     """The git commit (short) of the code in `directory` (default: this package's), suffixed "+dirty" where tracked
     files other than results/ (what the code writes, not the code) differ from it, so that a figure made with
     uncommitted code says so; None outside a git checkout (an installed copy) or without git."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=directory, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)results") else "")
+        return commit + (
+            "+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)results") else ""
+        )
     except (OSError, subprocess.SubprocessError):
         return None

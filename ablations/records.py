@@ -121,7 +121,12 @@ def update_metrics(run_dir: Path, **values: Any) -> dict[str, Any]:
 
 def run_folder(root: str | Path, meta: dict[str, Any], config: RunConfig) -> Path:
     """`<root>/<sweep>/<scale>/<row>-s<seed>-<run id>`: readable, and unique by the config hash."""
-    return Path(root) / meta.get("sweep", "adhoc") / meta.get("scale", "custom") / f"{meta.get('row', 'run')}-s{config.seed}-{config.run_id()}"
+    return (
+        Path(root)
+        / meta.get("sweep", "adhoc")
+        / meta.get("scale", "custom")
+        / f"{meta.get('row', 'run')}-s{config.seed}-{config.run_id()}"
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -39,7 +39,9 @@ def canonical_key(key: str, where: str) -> str:
         if section not in SECTIONS:
             raise ValueError(f"{where}: unknown section {section!r} in {key!r}; valid sections: {', '.join(SECTIONS)}")
         if name not in _field_names(section):
-            raise ValueError(f"{where}: unknown field {key!r}; valid {section} fields: {', '.join(_field_names(section))}")
+            raise ValueError(
+                f"{where}: unknown field {key!r}; valid {section} fields: {', '.join(_field_names(section))}"
+            )
         return key
     if key == "seed":
         return "seed"
@@ -47,7 +49,10 @@ def canonical_key(key: str, where: str) -> str:
         return f"model.{key}"
     owners = [s for s in SECTIONS if key in _field_names(s)]
     if owners:
-        raise ValueError(f"{where}: {key!r} is ambiguous or not a model field; write it as " + " or ".join(f"{s}.{key}" for s in owners))
+        raise ValueError(
+            f"{where}: {key!r} is ambiguous or not a model field; write it as "
+            + " or ".join(f"{s}.{key}" for s in owners)
+        )
     raise ValueError(
         f"{where}: unknown key {key!r}; expected a model field ({', '.join(_field_names('model'))}), "
         f"{', '.join(ALIASES)}, or section.field"
@@ -67,8 +72,10 @@ def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any], where:
     return out
 
 
-DATA_HELP = ("your corpus directory, only ever read: {train,valid,test}.{en,de}; sets data.path and, at a scale that "
-             "would generate its corpus, data.dataset=dir")
+DATA_HELP = (
+    "your corpus directory, only ever read: {train,valid,test}.{en,de}; sets data.path and, at a scale that "
+    "would generate its corpus, data.dataset=dir"
+)
 
 
 def apply_sets(values: dict[str, Any], sets: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,8 +202,12 @@ def load_sweep(path: str | Path) -> Sweep:
     _expect(isinstance(name, str) and name, f"{path}: name", "a non-empty string", name)
     seeds = data.get("seeds", [0])
     _expect(
-        isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds),
-        f"{path}: seeds", "a non-empty list of non-negative integers", seeds,
+        isinstance(seeds, list)
+        and seeds
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds),
+        f"{path}: seeds",
+        "a non-empty list of non-negative integers",
+        seeds,
     )
     base = _mapping(data.get("base"), f"{path}: base")
     raw_rows = data.get("rows")
@@ -219,8 +230,12 @@ def load_sweep(path: str | Path) -> Sweep:
         paper = _mapping(raw.get("paper"), f"{where}.paper")
         for key, value in paper.items():
             _expect(key in PAPER_FIGURES, f"{where}.paper.{key}", "one of " + ", ".join(PAPER_FIGURES), key)
-            _expect(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)),
-                    f"{where}.paper.{key}", "a number or null", value)
+            _expect(
+                value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)),
+                f"{where}.paper.{key}",
+                "a number or null",
+                value,
+            )
         rows.append(Row(row_id, group, dict(overrides), PaperFigures(**paper)))
     sweep = Sweep(name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")))
     for row in sweep.rows:
@@ -238,19 +253,36 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
         _expect(isinstance(raw, dict), where, "a mapping", raw)
         extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "max_steps", "settings"})
         if extra:
-            raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: description, max_steps, settings, steps_scale, width_divisor")
+            raise ValueError(
+                f"{where}: unknown key {extra[0]!r}; valid keys: description, max_steps, settings, steps_scale, width_divisor"
+            )
         divisor = raw.get("width_divisor", 1)
-        _expect(isinstance(divisor, int) and not isinstance(divisor, bool) and divisor >= 1, f"{where}.width_divisor", "a positive integer", divisor)
+        _expect(
+            isinstance(divisor, int) and not isinstance(divisor, bool) and divisor >= 1,
+            f"{where}.width_divisor",
+            "a positive integer",
+            divisor,
+        )
         steps_scale = raw.get("steps_scale", 1.0)
-        _expect(isinstance(steps_scale, (int, float)) and not isinstance(steps_scale, bool) and steps_scale > 0,
-                f"{where}.steps_scale", "a positive number", steps_scale)
+        _expect(
+            isinstance(steps_scale, (int, float)) and not isinstance(steps_scale, bool) and steps_scale > 0,
+            f"{where}.steps_scale",
+            "a positive number",
+            steps_scale,
+        )
         max_steps = raw.get("max_steps")
-        _expect(max_steps is None or (isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps >= 1),
-                f"{where}.max_steps", "a positive integer (or absent: no cap)", max_steps)
+        _expect(
+            max_steps is None or (isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps >= 1),
+            f"{where}.max_steps",
+            "a positive integer (or absent: no cap)",
+            max_steps,
+        )
         settings = _mapping(raw.get("settings"), f"{where}.settings")
         for key in settings:
             canonical_key(str(key), f"{where}.settings")
-        scales[name] = Scale(name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings), max_steps)
+        scales[name] = Scale(
+            name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings), max_steps
+        )
     return scales
 
 
@@ -285,7 +317,9 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
         if model[name] is None:
             continue
         if model[name] % scale.width_divisor:
-            raise ValueError(f"{where}: model.{name} = {model[name]} is not divisible by width_divisor {scale.width_divisor}")
+            raise ValueError(
+                f"{where}: model.{name} = {model[name]} is not divisible by width_divisor {scale.width_divisor}"
+            )
         model[name] //= scale.width_divisor
     values["train"]["max_steps"] = scale.steps(values["train"]["max_steps"])
     values["seed"] = seed
@@ -293,7 +327,10 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
 
 
 def expand(
-    sweep: Sweep, scale: Scale, seeds: Optional[Sequence[int]] = None, rows: Optional[Iterable[str]] = None,
+    sweep: Sweep,
+    scale: Scale,
+    seeds: Optional[Sequence[int]] = None,
+    rows: Optional[Iterable[str]] = None,
     sets: Mapping[str, Any] = {},
 ) -> list[RunSpec]:
     """Rows x seeds -> runs, in row order then seed order. Pure: no files are touched."""

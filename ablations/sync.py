@@ -53,8 +53,16 @@ def sync_one(run: Path, timeout: float) -> tuple[bool, str, Optional[str]]:
     env.pop("WANDB_MODE", None)  # uploading is online by definition; an offline/disabled mode is for training
     env["WANDB_SILENT"] = "false"
     argv = [*wandb_command(), "sync", str(run)]
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env=env, start_new_session=True, text=True, errors="replace")
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -83,8 +91,11 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
     pending = [run for run in runs if not is_synced(run)]
     training = [run for run in pending if lock_holder(run.parent.parent) is not None]  # its .wandb file still grows
     todo = [run for run in pending if run not in training]
-    print(f"{len(runs)} offline wandb run(s) under {root}: {len(runs) - len(pending)} synced already, "
-          f"{len(training)} still training (skipped), {len(todo)} to sync", flush=True)
+    print(
+        f"{len(runs)} offline wandb run(s) under {root}: {len(runs) - len(pending)} synced already, "
+        f"{len(training)} still training (skipped), {len(todo)} to sync",
+        flush=True,
+    )
     if dry_run:
         for run in todo:
             print(f"  would sync {run}", flush=True)
@@ -94,15 +105,23 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
     url = base_url()
     problem = probe(url, PROBE_SECONDS)
     if problem is not None:
-        print(f"ablate sync: error: the wandb server {url} cannot be reached ({problem}); nothing synced. Sync from a "
-              "machine with network access, or set WANDB_BASE_URL to your server.", file=sys.stderr, flush=True)
+        print(
+            f"ablate sync: error: the wandb server {url} cannot be reached ({problem}); nothing synced. Sync from a "
+            "machine with network access, or set WANDB_BASE_URL to your server.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     failed = 0
     for run in todo:
         started = time.time()
         ok, detail, url = sync_one(run, timeout)
-        print(f"{'synced' if ok else 'FAILED'} {run} ({time.time() - started:.1f} s)" + (f": {url}" if url else "")
-              + ("" if ok else f": {detail}"), flush=True)
+        print(
+            f"{'synced' if ok else 'FAILED'} {run} ({time.time() - started:.1f} s)"
+            + (f": {url}" if url else "")
+            + ("" if ok else f": {detail}"),
+            flush=True,
+        )
         if url and read_metrics(run.parent.parent) is not None:
             update_metrics(run.parent.parent, wandb_url=url)
         failed += not ok

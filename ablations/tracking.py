@@ -29,7 +29,12 @@ log = logging.getLogger("ablate")
 
 def flat_config(config: RunConfig) -> dict[str, Any]:
     """Row hyperparameters as flat keys (model.d_k, train.eps_ls) so the wandb UI can group and compare them."""
-    return {f"{section}.{key}": value for section, values in config.to_dict().items() if isinstance(values, dict) for key, value in values.items()} | {"seed": config.seed}
+    return {
+        f"{section}.{key}": value
+        for section, values in config.to_dict().items()
+        if isinstance(values, dict)
+        for key, value in values.items()
+    } | {"seed": config.seed}
 
 
 def _make_logger(run_dir: Path, config: RunConfig, meta: dict[str, Any], mode: str):
@@ -38,10 +43,16 @@ def _make_logger(run_dir: Path, config: RunConfig, meta: dict[str, Any], mode: s
 
     sweep, scale, row = meta.get("sweep", "adhoc"), meta.get("scale", "custom"), meta.get("row", "run")
     return WandbLogger(
-        project=PROJECT, save_dir=str(run_dir), id=config.run_id(), resume="allow",
-        group=f"{sweep}-{scale}", name=f"{row}-s{config.seed}", tags=[t for t in (sweep, scale, meta.get("group")) if t],
+        project=PROJECT,
+        save_dir=str(run_dir),
+        id=config.run_id(),
+        resume="allow",
+        group=f"{sweep}-{scale}",
+        name=f"{row}-s{config.seed}",
+        tags=[t for t in (sweep, scale, meta.get("group")) if t],
         config=flat_config(config) | {"meta." + k: v for k, v in meta.items()},
-        mode=mode, settings=wandb.Settings(init_timeout=INIT_TIMEOUT_SECONDS, silent=True),
+        mode=mode,
+        settings=wandb.Settings(init_timeout=INIT_TIMEOUT_SECONDS, silent=True),
     )
 
 
@@ -90,8 +101,10 @@ def wandb_logger(run_dir: Path, config: RunConfig, meta: dict[str, Any], mode: s
         except Exception as error:  # wandb raises CommError, UsageError, AuthenticationError, timeouts...
             problem = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
             _reset_wandb()
-    message = (f"wandb online: {problem}; logging offline instead after {time.monotonic() - started:.1f} s "
-               "(upload later with `ablate sync`)")
+    message = (
+        f"wandb online: {problem}; logging offline instead after {time.monotonic() - started:.1f} s "
+        "(upload later with `ablate sync`)"
+    )
     log.warning(message)
     print(f"ablate train: warning: {message}", file=sys.stderr, flush=True)
     return _make_logger(run_dir, config, meta, "offline")

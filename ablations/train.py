@@ -50,15 +50,21 @@ class StepProgress(pl.callbacks.ProgressBar):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.enabled and trainer.is_global_zero:
-            self.bar = tqdm(total=self.max_steps, initial=trainer.global_step, desc="train", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(
+                total=self.max_steps, initial=trainer.global_step, desc="train", unit="step", dynamic_ncols=True
+            )
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         if self.bar is None:
             return
         self.bar.update(trainer.global_step - self.bar.n)
         if trainer.global_step % 10 == 0:
             metrics = trainer.progress_bar_metrics
-            self.bar.set_postfix({k.split("/")[-1]: f"{float(metrics[k]):.4g}" for k in self.SHOWN if k in metrics}, refresh=False)
+            self.bar.set_postfix(
+                {k.split("/")[-1]: f"{float(metrics[k]):.4g}" for k in self.SHOWN if k in metrics}, refresh=False
+            )
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.bar is not None:
@@ -97,11 +103,15 @@ class GlobalTokenCount(pl.Callback):
 
     def _sync(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.world_size > 1:
-            local = torch.tensor(float(pl_module.train_tokens - self.base), dtype=torch.float64, device=pl_module.device)
+            local = torch.tensor(
+                float(pl_module.train_tokens - self.base), dtype=torch.float64, device=pl_module.device
+            )
             total = trainer.strategy.reduce(local, reduce_op="sum")
             pl_module.train_tokens = self.base = self.base + int(round(float(total)))
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         self._sync(trainer, pl_module)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -146,7 +156,9 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
     # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows. Every row is
     # written as it is logged (Lightning's default keeps 100 in memory), so a killed run loses none that its last
     # checkpoint covers.
-    loggers: list = [CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}", flush_logs_every_n_steps=1)]
+    loggers: list = [
+        CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}", flush_logs_every_n_steps=1)
+    ]
     mode = os.environ.get("WANDB_MODE", "offline")
     if mode != "disabled":
         from .tracking import wandb_logger
@@ -155,8 +167,9 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
     return loggers
 
 
-def record_start(run_dir: Path, config: RunConfig, meta: dict[str, Any], devices: int, started: float,
-                 lead: bool) -> tuple[dict[str, Any], int]:
+def record_start(
+    run_dir: Path, config: RunConfig, meta: dict[str, Any], devices: int, started: float, lead: bool
+) -> tuple[dict[str, Any], int]:
     """The lead rank writes config.yaml and records the attempt `running`, clearing an earlier failure's fields.
 
     Returns the record as it was before, and the attempt's number (1 for a first run): ranks >= 1 start after rank
@@ -166,16 +179,28 @@ def record_start(run_dir: Path, config: RunConfig, meta: dict[str, Any], devices
     attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)
     if lead:
         write_config(run_dir, config, meta)
-        cleared = {key: None for key in ("reason", "log_tail", "failed_at", "diverged_step") if previous.get(key) is not None}  # an earlier failure's
-        update_metrics(run_dir, status="running", attempts=attempt, seed=config.seed, run_id=config.run_id(), started_at=started,
-                       devices=devices, **cleared)
+        cleared = {
+            key: None for key in ("reason", "log_tail", "failed_at", "diverged_step") if previous.get(key) is not None
+        }  # an earlier failure's
+        update_metrics(
+            run_dir,
+            status="running",
+            attempts=attempt,
+            seed=config.seed,
+            run_id=config.run_id(),
+            started_at=started,
+            devices=devices,
+            **cleared,
+        )
     return previous, attempt
 
 
 def make_data(config: RunConfig) -> TranslationDataModule:
     """The run's data, prepared and set up for fitting (the corpus generated or read, BPE trained or cached)."""
     data = TranslationDataModule(
-        config.data, seed=config.seed, max_positions=config.model.max_positions,
+        config.data,
+        seed=config.seed,
+        max_positions=config.model.max_positions,
         eval_max_sentences=config.eval.batch_sentences,
     )
     data.prepare_data()
@@ -195,41 +220,70 @@ def resume_point(run_dir: Path, checkpoints: Path, previous: dict[str, Any], lea
     return resume_from
 
 
-def fit_trainer(config: RunConfig, run_dir: Path, loggers: list, callbacks: Sequence[pl.Callback], progress: bool,
-                devices: int, accelerator: str) -> pl.Trainer:
+def fit_trainer(
+    config: RunConfig,
+    run_dir: Path,
+    loggers: list,
+    callbacks: Sequence[pl.Callback],
+    progress: bool,
+    devices: int,
+    accelerator: str,
+) -> pl.Trainer:
     """The trainer that fits: step-based, periodic checkpoints written atomically, `callbacks` after its own."""
     train_cfg = config.train
     periodic = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints", filename="step-{step:07d}", auto_insert_metric_name=False,
-        every_n_train_steps=train_cfg.checkpoint_every_steps, save_top_k=train_cfg.keep_checkpoints,
-        monitor="step", mode="max", save_last=True,
+        dirpath=run_dir / "checkpoints",
+        filename="step-{step:07d}",
+        auto_insert_metric_name=False,
+        every_n_train_steps=train_cfg.checkpoint_every_steps,
+        save_top_k=train_cfg.keep_checkpoints,
+        monitor="step",
+        mode="max",
+        save_last=True,
     )
     fit_callbacks: list = [periodic, GlobalTokenCount()]
     if progress:
         fit_callbacks.append(StepProgress(train_cfg.max_steps))
     fit_callbacks += callbacks
     return pl.Trainer(
-        accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto",
+        accelerator=accelerator,
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
         plugins=[*cluster_plugins(), AtomicCheckpointIO()],
-        max_steps=train_cfg.max_steps, max_epochs=-1,
+        max_steps=train_cfg.max_steps,
+        max_epochs=-1,
         max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
         val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
-        check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
         accumulate_grad_batches=train_cfg.accumulate_grad_batches,
-        gradient_clip_val=train_cfg.gradient_clip or None, precision=train_cfg.precision,
-        deterministic=True, use_distributed_sampler=False, logger=loggers,
-        callbacks=fit_callbacks, enable_progress_bar=progress, enable_model_summary=False,
-        default_root_dir=str(run_dir), log_every_n_steps=min(10, train_cfg.val_every_steps),
+        gradient_clip_val=train_cfg.gradient_clip or None,
+        precision=train_cfg.precision,
+        deterministic=True,
+        use_distributed_sampler=False,
+        logger=loggers,
+        callbacks=fit_callbacks,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        default_root_dir=str(run_dir),
+        log_every_n_steps=min(10, train_cfg.val_every_steps),
     )
 
 
 def record_divergence(run_dir: Path, module: TranslationModule, started: float) -> dict[str, Any]:
     """A run whose training loss was not finite: `diverged` at that step, with what it had trained."""
     step, loss = module.diverged["step"], module.diverged["loss"]
-    return update_metrics(run_dir, status="diverged", diverged_step=step, steps=step - 1,
-                          reason=f"training loss {loss} at step {step}", train_tokens=module.train_tokens,
-                          train_seconds=module.train_seconds, wall_seconds=time.time() - started,
-                          diverged_at=time.time())
+    return update_metrics(
+        run_dir,
+        status="diverged",
+        diverged_step=step,
+        steps=step - 1,
+        reason=f"training loss {loss} at step {step}",
+        train_tokens=module.train_tokens,
+        train_seconds=module.train_seconds,
+        wall_seconds=time.time() - started,
+        diverged_at=time.time(),
+    )
 
 
 def average_last(module: TranslationModule, config: RunConfig, checkpoints: Path) -> int:
@@ -243,16 +297,29 @@ def average_last(module: TranslationModule, config: RunConfig, checkpoints: Path
     return averaged
 
 
-def final_evaluation(module: TranslationModule, data: TranslationDataModule, config: RunConfig, run_dir: Path,
-                     loggers: list, attempt: int, accelerator: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def final_evaluation(
+    module: TranslationModule,
+    data: TranslationDataModule,
+    config: RunConfig,
+    run_dir: Path,
+    loggers: list,
+    attempt: int,
+    accelerator: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Dev and test results of the trained (or averaged) model, its hypotheses written beside the record."""
     module.bleu_limit = None
     # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
     evaluator = pl.Trainer(
-        accelerator=accelerator, devices=1, plugins=cluster_plugins(), precision=config.train.precision,
-        deterministic=True, use_distributed_sampler=False,
+        accelerator=accelerator,
+        devices=1,
+        plugins=cluster_plugins(),
+        precision=config.train.precision,
+        deterministic=True,
+        use_distributed_sampler=False,
         logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
     )
     evaluator.validate(module, datamodule=data, verbose=False)
     evaluator.test(module, datamodule=data, verbose=False)
@@ -262,21 +329,39 @@ def final_evaluation(module: TranslationModule, data: TranslationDataModule, con
     return dev, test
 
 
-def result_metrics(config: RunConfig, module: TranslationModule, trainer: pl.Trainer, dev: dict[str, Any],
-                   test: dict[str, Any], averaged: int, started: float) -> dict[str, Any]:
+def result_metrics(
+    config: RunConfig,
+    module: TranslationModule,
+    trainer: pl.Trainer,
+    dev: dict[str, Any],
+    test: dict[str, Any],
+    averaged: int,
+    started: float,
+) -> dict[str, Any]:
     """The finished run's record: dev and test scores, cost, and what ran it."""
     train_seconds = module.train_seconds
     wall = time.time() - started
     return {
-        "dev_loss": dev["loss"], "dev_ppl": dev["ppl"],
-        "dev_bleu": dev.get("bleu"), "dev_bleu_tok": dev.get("bleu_tok"), "dev_chrf": dev.get("chrf"),
-        "test_loss": test["loss"], "test_ppl": test["ppl"],
-        "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"), "test_chrf": test.get("chrf"),
-        "sacrebleu_signature": test.get("sacrebleu_signature"), "bleu_tok_signature": test.get("bleu_tok_signature"),
-        "params": module.params, "steps": trainer.global_step, "train_tokens": module.train_tokens,
-        "train_seconds": train_seconds, "wall_seconds": wall,
+        "dev_loss": dev["loss"],
+        "dev_ppl": dev["ppl"],
+        "dev_bleu": dev.get("bleu"),
+        "dev_bleu_tok": dev.get("bleu_tok"),
+        "dev_chrf": dev.get("chrf"),
+        "test_loss": test["loss"],
+        "test_ppl": test["ppl"],
+        "test_bleu": test.get("bleu"),
+        "test_bleu_tok": test.get("bleu_tok"),
+        "test_chrf": test.get("chrf"),
+        "sacrebleu_signature": test.get("sacrebleu_signature"),
+        "bleu_tok_signature": test.get("bleu_tok_signature"),
+        "params": module.params,
+        "steps": trainer.global_step,
+        "train_tokens": module.train_tokens,
+        "train_seconds": train_seconds,
+        "wall_seconds": wall,
         "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
-        "averaged_checkpoints": averaged, "seed": config.seed,
+        "averaged_checkpoints": averaged,
+        "seed": config.seed,
         "status": "done" if math.isfinite(dev["loss"]) else "diverged",
         **hardware(),
     }
@@ -285,14 +370,26 @@ def result_metrics(config: RunConfig, module: TranslationModule, trainer: pl.Tra
 def record_failure(run_dir: Path, error: Exception) -> None:
     """Record why before re-raising, so the folder says `failed` rather than a `running` nobody runs."""
     try:
-        update_metrics(run_dir, status="failed", reason=f"{type(error).__name__}: {error}",
-                       log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:], failed_at=time.time())
+        update_metrics(
+            run_dir,
+            status="failed",
+            reason=f"{type(error).__name__}: {error}",
+            log_tail=traceback.format_exc().splitlines()[-LOG_TAIL_LINES:],
+            failed_at=time.time(),
+        )
     except Exception:  # e.g. a full disk: the original error matters more
         log.exception("could not record the failure of %s", run_dir)
 
 
-def train_run(config: RunConfig, run_dir: Path, meta: Optional[dict[str, Any]] = None, progress: bool = True,
-              devices: int = 1, accelerator: str = "auto", callbacks: Sequence[pl.Callback] = ()) -> dict[str, Any]:
+def train_run(
+    config: RunConfig,
+    run_dir: Path,
+    meta: Optional[dict[str, Any]] = None,
+    progress: bool = True,
+    devices: int = 1,
+    accelerator: str = "auto",
+    callbacks: Sequence[pl.Callback] = (),
+) -> dict[str, Any]:
     """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one.
 
     `callbacks` join the fit trainer's own (checkpointing, the token count, the progress bar): `ablate train`

@@ -84,22 +84,41 @@ def beam_search(
     was_training = model.training
     model.eval()
     try:
-        tokens, scores = _search(model, src, bos_id, eos_id, beam_size, float(length_penalty), max_len_offset,
-                                 max_len, use_cache, stop)
+        tokens, scores = _search(
+            model, src, bos_id, eos_id, beam_size, float(length_penalty), max_len_offset, max_len, use_cache, stop
+        )
     finally:
         model.train(was_training)
     return (tokens, scores) if return_scores else tokens
 
 
 @torch.no_grad()
-def greedy_search(model, src: Tensor, bos_id: int, eos_id: int, max_len_offset: int = 50,
-                  max_len: Optional[int] = None, *, use_cache: bool = True) -> list[list[int]]:
+def greedy_search(
+    model,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len_offset: int = 50,
+    max_len: Optional[int] = None,
+    *,
+    use_cache: bool = True,
+) -> list[list[int]]:
     """Argmax decoding until EOS or the maximum length: beam search with one beam, stopping at the first EOS."""
     return beam_search(model, src, bos_id, eos_id, 1, 0.0, max_len_offset, max_len, use_cache=use_cache, stop="count")
 
 
-def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, max_len_offset: int,
-            max_len: Optional[int], use_cache: bool, stop: str) -> tuple[list[list[int]], Tensor]:
+def _search(
+    model,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    K: int,
+    alpha: float,
+    max_len_offset: int,
+    max_len: Optional[int],
+    use_cache: bool,
+    stop: str,
+) -> tuple[list[list[int]], Tensor]:
     device = src.device
     B_all = src.shape[0]
     if B_all == 0:
@@ -155,7 +174,9 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         logp = logits.float().log_softmax(dim=-1).view(B, K, V)
         at_limit = lim <= t  # [B]: only EOS may follow
         if native_candidates:
-            cand_scores, cand_idx = native.beam_candidates(logp, scores, banned, eos_id, at_limit if t >= first_limit else None, 2 * K)
+            cand_scores, cand_idx = native.beam_candidates(
+                logp, scores, banned, eos_id, at_limit if t >= first_limit else None, 2 * K
+            )
         else:
             logp.index_fill_(2, banned, NEG_INF)
             if t >= first_limit:
@@ -204,7 +225,12 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
             if keep.numel() == 0:
                 break
             memory, src_mask, ids, lim, lp_limit = memory[keep], src_mask[keep], ids[keep], lim[keep], lp_limit[keep]
-            best_score, best_len, best_tokens, n_finished = best_score[keep], best_len[keep], best_tokens[keep], n_finished[keep]
+            best_score, best_len, best_tokens, n_finished = (
+                best_score[keep],
+                best_len[keep],
+                best_tokens[keep],
+                n_finished[keep],
+            )
             live_scores, live_tok, live_beam = live_scores[keep], live_tok[keep], live_beam[keep]
             rows = rows.view(B, K)[keep].view(-1)
             first_rows = first_rows[: keep.numel()]
@@ -214,7 +240,9 @@ def _search(model, src: Tensor, bos_id: int, eos_id: int, K: int, alpha: float, 
         if cache is not None:
             cache.reorder(live_beam, keep)
 
-    if cache is not None and hasattr(model, "recycle"):  # a model without it (any object with encode/decode) keeps nothing
+    if cache is not None and hasattr(
+        model, "recycle"
+    ):  # a model without it (any object with encode/decode) keeps nothing
         model.recycle(cache)
     lengths = out_len.tolist()
     tokens = out_tokens.tolist()

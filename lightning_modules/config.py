@@ -117,9 +117,13 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 _fail(own, name, getattr(self, name), "true or false")
         if self.d_k is None and self.d_model % self.h:
-            _fail(own, "d_k", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})")
+            _fail(
+                own, "d_k", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})"
+            )
         if self.d_v is None and self.d_model % self.h:
-            _fail(own, "d_v", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})")
+            _fail(
+                own, "d_v", None, f"an explicit value, since d_model ({self.d_model}) is not divisible by h ({self.h})"
+            )
         if self.positional == "rope" and self.head_dim_k % 2:
             _fail(own, "d_k", self.head_dim_k, "an even number with positional='rope' (RoPE rotates pairs)")
         if self.kv_heads is not None and self.h % self.kv_heads:
@@ -166,15 +170,25 @@ class DataConfig:
         if self.dataset == "generated" and self.path:
             # A path names a corpus to read; the built-in corpus is written only to the cache, so a user's files
             # are never replaced by it.
-            _fail(own, "path", self.path, "no path for dataset='generated' (it lives in the cache, data.cache_dir); "
-                  "to train on the corpus in that directory, set data.dataset=dir, as --data does")
+            _fail(
+                own,
+                "path",
+                self.path,
+                "no path for dataset='generated' (it lives in the cache, data.cache_dir); "
+                "to train on the corpus in that directory, set data.dataset=dir, as --data does",
+            )
         for name in ("vocab_size", "max_tokens", "batch_tokens", "generated_pairs"):
             _check_positive(own, name, getattr(self, name))
         _check_non_negative(own, "num_workers", self.num_workers)
         if self.vocab_size < 16:
             _fail(own, "vocab_size", self.vocab_size, "at least 16 (4 special ids plus word pieces)")
         if self.batch_tokens < self.max_tokens:
-            _fail(own, "batch_tokens", self.batch_tokens, f"at least max_tokens ({self.max_tokens}) so every pair fits a batch")
+            _fail(
+                own,
+                "batch_tokens",
+                self.batch_tokens,
+                f"at least max_tokens ({self.max_tokens}) so every pair fits a batch",
+            )
 
 
 @dataclass(frozen=True)
@@ -204,12 +218,20 @@ class TrainConfig:
     def __post_init__(self) -> None:
         own = "train"
         _floats_as_float(self)
-        for name in ("max_steps", "accumulate_grad_batches", "val_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
+        for name in (
+            "max_steps",
+            "accumulate_grad_batches",
+            "val_every_steps",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+        ):
             _check_positive(own, name, getattr(self, name))
         _check_non_negative(own, "warmup_steps", self.warmup_steps)
         _check_positive_number(own, "lr_scale", self.lr_scale)
         if not 0.0 <= self.cooldown_fraction <= 1.0:
-            _fail(own, "cooldown_fraction", self.cooldown_fraction, "a fraction of max_steps in [0, 1] (0: no cool-down)")
+            _fail(
+                own, "cooldown_fraction", self.cooldown_fraction, "a fraction of max_steps in [0, 1] (0: no cool-down)"
+            )
         _check_probability(own, "adam_beta1", self.adam_beta1)
         _check_probability(own, "adam_beta2", self.adam_beta2)
         _check_positive_number(own, "adam_eps", self.adam_eps)
@@ -294,8 +316,9 @@ class RetiredField:
 
 
 RETIRED_FIELDS = {
-    ("model", "vocab_size"): RetiredField(lambda run: run.data.vocab_size,
-                                          "the vocabulary is the data's: set data.vocab_size"),
+    ("model", "vocab_size"): RetiredField(
+        lambda run: run.data.vocab_size, "the vocabulary is the data's: set data.vocab_size"
+    ),
     # 0: the tokenizer's pad id (lightning_modules.data.PAD_ID; a test checks the two agree). The data always padded
     # with it, so a record's model.pad_id could only ever mean this value.
     ("model", "pad_id"): RetiredField(lambda run: 0, "the data pads with the tokenizer's pad id (0)"),

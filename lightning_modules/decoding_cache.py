@@ -40,7 +40,9 @@ class LayerCache:
         return self.self_k[:, :end].flatten(1, 2).transpose(1, 2), self.self_v[:, :end].flatten(1, 2).transpose(1, 2)
 
 
-def _grown(buffer: Optional[Tensor], new: Tensor, length: int, beams: int, capacity: int, spare: list[Tensor]) -> Tensor:
+def _grown(
+    buffer: Optional[Tensor], new: Tensor, length: int, beams: int, capacity: int, spare: list[Tensor]
+) -> Tensor:
     """[B, size, K, G, d] holding the first `length` positions of `buffer`: `capacity` positions, or twice what is
     needed when the T new ones do not fit; carved from a spare buffer where one is large enough."""
     BK, G, T, d = new.shape
@@ -107,7 +109,10 @@ class DecoderCache:
         if sources is not None:
             kept = sources.numel()
             for layer in self.layers:
-                for name in ("self_k", "self_v"):  # only the positions written, back into the buffer: it stays for reuse
+                for name in (
+                    "self_k",
+                    "self_v",
+                ):  # only the positions written, back into the buffer: it stays for reuse
                     buffer = getattr(layer, name)
                     if buffer is not None:
                         written = buffer[:, : self.length].index_select(0, sources)

@@ -56,8 +56,9 @@ def multiply_adds_per_token(cfg: ModelConfig, vocab_size: int) -> tuple[int, int
     return source, target
 
 
-def training_flops(cfg: ModelConfig, vocab_size: int, target_tokens: float,
-                   source_tokens: Optional[float] = None) -> float:
+def training_flops(
+    cfg: ModelConfig, vocab_size: int, target_tokens: float, source_tokens: Optional[float] = None
+) -> float:
     """3 x forward FLOPs of the weight matrices over a run's tokens (source tokens: as many as target ones)."""
     per_source, per_target = multiply_adds_per_token(cfg, vocab_size)
     source_tokens = target_tokens if source_tokens is None else source_tokens

@@ -52,7 +52,9 @@ def score_translations(hypotheses: Sequence[str], references: Sequence[str], tar
     """
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: expected one reference per line")
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references: expected one reference per line"
+        )
     if not hypotheses:
         raise ValueError("no hypotheses to score")
 

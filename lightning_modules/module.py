@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .beam_search import beam_search
 from .config import RunConfig, TrainConfig
 from .flops import count_parameters
 from .metrics import score_translations
-from .beam_search import beam_search
 from .transformer import Transformer
 
 
@@ -39,8 +39,14 @@ def learning_rate(step: int, d_model: int, train: TrainConfig) -> float:
 def make_optimizer(parameters, config: RunConfig, fused: Optional[bool] = None):
     """Adam(beta1, beta2, eps) at lr 1, scaled per step by ``learning_rate``: (optimizer, LambdaLR)."""
     cfg = config.train
-    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                                 weight_decay=cfg.weight_decay, fused=fused)
+    optimizer = torch.optim.Adam(
+        parameters,
+        lr=1.0,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+        fused=fused,
+    )
     d_model = config.model.d_model
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step + 1, d_model, cfg))
     return optimizer, schedule
@@ -113,7 +119,10 @@ class TranslationModule(pl.LightningModule):
         self.train_seconds = time.perf_counter() - self._fit_started
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["progress"] = {"train_tokens": self.train_tokens, "train_seconds": time.perf_counter() - self._fit_started}
+        checkpoint["progress"] = {
+            "train_tokens": self.train_tokens,
+            "train_seconds": time.perf_counter() - self._fit_started,
+        }
         # Dropout draws from the global torch RNG, which Lightning does not checkpoint: without it a resumed run
         # would draw other masks than an uninterrupted one. Tensors only, so weights_only loading accepts it.
         checkpoint["rng"] = {"torch": torch.get_rng_state()}
@@ -143,7 +152,11 @@ class TranslationModule(pl.LightningModule):
 
     # --- evaluation -----------------------------------------------------------------------------------------
     def _eval_start(self) -> None:
-        self._sums = {"loss": torch.zeros((), device=self.device), "nll": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device)}
+        self._sums = {
+            "loss": torch.zeros((), device=self.device),
+            "nll": torch.zeros((), device=self.device),
+            "tokens": torch.zeros((), device=self.device),
+        }
         self._hypotheses = {}
 
     def _eval_step(self, batch: dict[str, Any], limit: Optional[int]) -> None:
@@ -158,7 +171,9 @@ class TranslationModule(pl.LightningModule):
             return
         src = batch["src"] if len(wanted) == len(indices) else batch["src"][wanted]
         ev = self.config.eval
-        outputs = beam_search(self.model, src, self.bos_id, self.eos_id, ev.beam_size, ev.length_penalty, ev.max_len_offset)
+        outputs = beam_search(
+            self.model, src, self.bos_id, self.eos_id, ev.beam_size, ev.length_penalty, ev.max_len_offset
+        )
         decode = self.trainer.datamodule.decode
         for position, ids in zip(wanted, outputs):
             self._hypotheses[indices[position]] = decode(ids)
@@ -166,7 +181,11 @@ class TranslationModule(pl.LightningModule):
     def _eval_end(self, split: str, references: list[str], limit: Optional[int]) -> dict[str, Any]:
         tokens = self._sums["tokens"].clamp_min(1)
         loss = (self._sums["nll"] / tokens).item()
-        result: dict[str, Any] = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "smoothed_loss": (self._sums["loss"] / tokens).item()}
+        result: dict[str, Any] = {
+            "loss": loss,
+            "ppl": math.exp(min(loss, 50.0)),
+            "smoothed_loss": (self._sums["loss"] / tokens).item(),
+        }
         n = len(references) if limit is None else min(limit, len(references))
         if len(self._hypotheses) == n and n > 0:
             hypotheses = [self._hypotheses[i] for i in range(n)]

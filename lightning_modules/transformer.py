@@ -45,21 +45,31 @@ class MultiHeadAttention(nn.Module):
         v = self.v_proj(x).view(B, L, self.g, self.d_v).transpose(1, 2)  # [B, G, L, d_v]
         return k, v
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor | StepKeys], causal: bool, beams: int = 1) -> Tensor:
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor | StepKeys], causal: bool, beams: int = 1
+    ) -> Tensor:
         # q [B*K, H, T, d_k]: K rows (beams) per key row; k [B, G, L, d_k], v [B, G, L, d_v];
         # mask broadcasts to [B, H, K*T, L], True = attend, or names the keys of one decoding step (T = 1)
         BK, H, T, _ = q.shape
         if isinstance(mask, StepKeys):
             out = native.decode_attention(q.view(BK, H, -1), k, v, mask.origin, mask.valid)  # [B*K, H*d_v]
             return self.out_proj(out.view(BK, 1, -1))
-        q = q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)  # [B, H, K*T, d_k]
+        q = (
+            q.view(BK // beams, beams, H, T, -1).transpose(1, 2).reshape(BK // beams, H, beams * T, -1)
+        )  # [B, H, K*T, d_k]
         dropout_p = self.dropout if self.training else 0.0
         explicit = prefers_explicit_attention(q) if self.kernel is None else self.kernel == "explicit"
         if explicit:
             out = explicit_attention(q, k, v, mask, causal, dropout_p)  # [B, H, K*T, d_v]
         else:
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.g != self.h, dropout_p=dropout_p,
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=causal,
+                enable_gqa=self.g != self.h,
+                dropout_p=dropout_p,
             )  # [B, H, K*T, d_v]
         out = out.view(BK // beams, H, beams, T, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d_v]
         return self.out_proj(out.reshape(BK, T, self.h * self.d_v))  # [B*K, T, D]
@@ -75,7 +85,6 @@ class MultiHeadAttention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
-
 
 
 class FeedForward(nn.Module):
@@ -98,10 +107,8 @@ class FeedForward(nn.Module):
         return self.w2(dropout(hidden, self.dropout, self.training))
 
 
-
 def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.RMSNorm(cfg.d_model) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
-
 
 
 class Residual(nn.Module):
@@ -117,7 +124,6 @@ class Residual(nn.Module):
         if self.pre:
             return x + dropout(sublayer(self.norm(x)), self.dropout, self.training)
         return self.norm(x + dropout(sublayer(x), self.dropout, self.training))
-
 
 
 class EncoderLayer(nn.Module):
@@ -137,7 +143,6 @@ class EncoderLayer(nn.Module):
         return self.ffn_res(x, self.ffn)
 
 
-
 class DecoderLayer(nn.Module):
     """One of the decoder's N layers (section 3.1): masked self-attention over the target so far, attention over the
     encoder's output, then the feed-forward network, each a residual sublayer. With a cache it takes only the new
@@ -149,8 +154,15 @@ class DecoderLayer(nn.Module):
         self.self_res, self.cross_res, self.ffn_res = Residual(cfg), Residual(cfg), Residual(cfg)
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor | StepKeys, rope: Optional[tuple[Tensor, Tensor]], beams: int,
-        cache: Optional[LayerCache], offset: int, self_mask: Optional[Tensor | StepKeys],
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | StepKeys,
+        rope: Optional[tuple[Tensor, Tensor]],
+        beams: int,
+        cache: Optional[LayerCache],
+        offset: int,
+        self_mask: Optional[Tensor | StepKeys],
     ) -> Tensor:
         # x [B*K, T, D]: K rows (beams) per source; memory [B, S, D]; the masks as MultiHeadAttention.attend takes them
         def self_attention(y: Tensor) -> Tensor:
@@ -172,7 +184,6 @@ class DecoderLayer(nn.Module):
         x = self.self_res(x, self_attention)
         x = self.cross_res(x, cross_attention)
         return self.ffn_res(x, self.ffn)
-
 
 
 class Transformer(nn.Module):
@@ -264,8 +275,16 @@ class Transformer(nn.Module):
             self_mask, src_mask = StepKeys(origin=cache.origin.contiguous()), StepKeys(valid=src_mask.reshape(B, -1))
         rope = self._rope(offset, T)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, src_mask, rope, beams=BK // B, cache=cache.layers[i] if cache is not None else None,
-                      offset=offset, self_mask=self_mask)
+            x = layer(
+                x,
+                memory,
+                src_mask,
+                rope,
+                beams=BK // B,
+                cache=cache.layers[i] if cache is not None else None,
+                offset=offset,
+                self_mask=self_mask,
+            )
         if cache is not None:
             cache.length += T
         return self.out_proj(self.decoder_norm(x))
@@ -303,7 +322,9 @@ def prefers_explicit_attention(q: Tensor) -> bool:
     return q.dtype == torch.bfloat16 and q.device.type == "cpu"
 
 
-def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, dropout_p: float) -> Tensor:
+def explicit_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, dropout_p: float
+) -> Tensor:
     """softmax(q k^T / sqrt(d_k)) v as plain matmuls, with SDPA's arguments (mask: True = attend)."""
     if k.shape[1] != q.shape[1]:  # grouped-query attention: each key/value head serves H / G query heads
         k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // v.shape[1], 1)
@@ -322,8 +343,12 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     (CUDA, fp64, no compiler, inside torch.compile) torch's dropout."""
     if not training or p == 0.0:
         return x
-    if (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and p < 1.0
-            and not torch.compiler.is_compiling() and native.available()):
+    if (
+        x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.bfloat16)
+        and p < 1.0
+        and not torch.compiler.is_compiling()
+        and native.available()
+    ):
         return x * native.dropout_noise(x, p)
     return F.dropout(x, p)
-

@@ -1,3 +1,6 @@
+from collections import Counter
+from contextlib import contextmanager
+
 import pytest
 import torch
 
@@ -29,9 +32,6 @@ def native_kernels():
 # --------------------------------------------------------------------------------------------------
 # The reliability suite's counts (tests/test_reliability.py, `pytest -m reliability`)
 # --------------------------------------------------------------------------------------------------
-
-from collections import Counter
-from contextlib import contextmanager
 
 
 class ReliabilityTally:

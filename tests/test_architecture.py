@@ -12,14 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("lightning_modules", "ablations")
-
-# Cycles that another branch removes; the lead deletes this line once that branch is merged (an entry whose cycle
-# is gone fails the test, so none outstays its cycle). tables <-> plots / dashboard / cost: the report/ package.
-KNOWN_CYCLES = {frozenset({"ablations.tables", "ablations.plots", "ablations.dashboard", "ablations.cost"})}
 
 
 def module_name(path: Path) -> str:
@@ -137,18 +131,19 @@ def test_the_graph_is_read_from_every_module():
 
 def test_lightning_modules_never_imports_ablations():
     graph, where = import_graph()
-    wrong = sorted((a, b) for a in graph if a.split(".")[0] == "lightning_modules"
-                   for b in graph[a] if b.split(".")[0] == "ablations")
+    wrong = sorted(
+        (a, b)
+        for a in graph
+        if a.split(".")[0] == "lightning_modules"
+        for b in graph[a]
+        if b.split(".")[0] == "ablations"
+    )
     assert not wrong, "lightning_modules imports ablations:\n" + "\n".join(
-        f"  {a} -> {b}  ({where[(a, b)]})" for a, b in wrong)
+        f"  {a} -> {b}  ({where[(a, b)]})" for a, b in wrong
+    )
 
 
 def test_no_import_cycles():
     graph, where = import_graph()
     components = strongly_connected(graph)
-    unknown = [c for c in components if frozenset(c) not in KNOWN_CYCLES]
-    assert not unknown, "import cycles:\n" + "\n".join(describe(graph, where, c) for c in unknown)
-    gone = [sorted(c) for c in KNOWN_CYCLES if set(c) not in components]
-    assert not gone, f"KNOWN_CYCLES lists cycles that are gone: {gone}; delete them there"
-    if components:  # only the known ones are left: expected to fail until the branch that breaks them is merged
-        pytest.xfail("known cycles:\n" + "\n".join(describe(graph, where, c) for c in components))
+    assert not components, "import cycles:\n" + "\n".join(describe(graph, where, c) for c in components)

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_modules.config import ModelConfig
 from lightning_modules.beam_search import beam_search, greedy_search
+from lightning_modules.config import ModelConfig
 from lightning_modules.transformer import Transformer
 
 PAD, BOS, EOS = 0, 1, 2
@@ -122,7 +122,7 @@ def random_src(seed: int, rows: int, cols: int, vocab: int) -> torch.Tensor:
     """Rows of different lengths: row i keeps cols - (i % cols) tokens, the rest is padding."""
     src = torch.randint(3, vocab, (rows, cols), generator=torch.Generator().manual_seed(seed))
     for i in range(rows):
-        src[i, cols - (i % cols):] = PAD
+        src[i, cols - (i % cols) :] = PAD
     return src
 
 
@@ -137,8 +137,9 @@ def test_large_beam_equals_exhaustive_search(kind, seed):
     max_len = 4 if len(content) <= 4 else 3
     src = random_src(seed, 4, 3, model.vocab_size)
     K = len(content) ** max_len  # every prefix of every length stays in the beam
-    hyps, scores = beam_search(model, src, BOS, EOS, beam_size=K, length_penalty=ALPHA, max_len=max_len,
-                               return_scores=True)
+    hyps, scores = beam_search(
+        model, src, BOS, EOS, beam_size=K, length_penalty=ALPHA, max_len=max_len, return_scores=True
+    )
     for b in range(src.shape[0]):
         best, best_score = exhaustive_best(model, src[b], max_len, content)
         assert hyps[b] == best
@@ -224,9 +225,16 @@ def test_beam4_scores_at_least_greedy(kind, seed):
         assert s_beam >= s_greedy - 1e-5
 
 
-@pytest.mark.parametrize("overrides", [dict(positional="sinusoidal"), dict(positional="rope"),
-                                       dict(positional="learned"), dict(norm_placement="pre", kv_heads=1),
-                                       dict(tie_embeddings=False, ffn="swiglu")])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(positional="sinusoidal"),
+        dict(positional="rope"),
+        dict(positional="learned"),
+        dict(norm_placement="pre", kv_heads=1),
+        dict(tie_embeddings=False, ffn="swiglu"),
+    ],
+)
 def test_cached_equals_uncached_transformer(overrides):
     model = tiny_model(1, **overrides)
     src = torch.tensor([[3, 4, 5, 6, 3, 4], [4, 4, 6, PAD, PAD, PAD], [6, 5, PAD, PAD, PAD, PAD]])
@@ -375,8 +383,14 @@ def test_native_candidates_with_fewer_finite_candidates_than_places(native_kerne
 
 def test_native_candidates_reject_what_they_cannot_read(native_kernels):
     logp, scores, banned = torch.randn(2, 3, 9), torch.randn(2, 3), torch.tensor([0])
-    for bad in (dict(logp=logp.double()), dict(logp=logp.transpose(0, 1).contiguous().transpose(0, 1)),
-                dict(scores=scores[:, :2]), dict(n=28), dict(n=0), dict(eos_id=9)):
+    for bad in (
+        dict(logp=logp.double()),
+        dict(logp=logp.transpose(0, 1).contiguous().transpose(0, 1)),
+        dict(scores=scores[:, :2]),
+        dict(n=28),
+        dict(n=0),
+        dict(eos_id=9),
+    ):
         arguments = dict(logp=logp, scores=scores, banned=banned, eos_id=EOS, only_eos=None, n=6) | bad
         with pytest.raises(ValueError, match="beam_candidates"):
             native_kernels.beam_candidates(**arguments)

@@ -42,6 +42,7 @@ def test_interleave_runs_contenders_in_turn_each_round():
         def measure():
             calls.append(name)
             return {"wall": float(len(calls)), "cpu": 0.0}
+
         return measure
 
     times = timing.interleave({"a": contender("a"), "b": contender("b")}, rounds=3)
@@ -69,7 +70,9 @@ def test_dims_choose_the_model_and_batch_and_the_command_line_says_so():
     from ablations.cli import bench_command_line, build_parser
 
     args = build_parser().parse_args(["bench", "--dims", "base", "--device", "cuda", "--json"])
-    assert bench_command_line(args) == "OMP_NUM_THREADS=1 ablate bench --dims base --threads 1 --device cuda --clock wall"
+    assert (
+        bench_command_line(args) == "OMP_NUM_THREADS=1 ablate bench --dims base --threads 1 --device cuda --clock wall"
+    )
 
 
 def test_the_attention_lever_forces_each_kernel_and_restores_the_choice(one_thread, monkeypatch):
@@ -160,8 +163,19 @@ def test_cached_and_uncached_decoding_agree_and_hf_decodes_the_same_model(one_th
 def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     pytest.importorskip("transformers")
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    quick = BenchOptions.quick(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=120, batch_tokens=256, corpus_pairs=400,
-                               rounds=2, decode_sentences=6, decode_batch_sentences=3, levers=True)
+    quick = BenchOptions.quick(
+        d_model=16,
+        d_ff=32,
+        heads=2,
+        layers=1,
+        vocab_size=120,
+        batch_tokens=256,
+        corpus_pairs=400,
+        rounds=2,
+        decode_sentences=6,
+        decode_batch_sentences=3,
+        levers=True,
+    )
     result = run.run_bench(quick)
     for key in report.RATIO_KEYS:
         assert result[key] > 0
@@ -170,7 +184,9 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert result["decode"]["cached_equals_uncached"]
     assert result["decode"]["max_logit_difference_vs_marian"] < 1e-4
     assert {"attention_kernel", "bf16_autocast", "fused_adam"} <= set(result["levers"])
-    if native.available():  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention and topk
+    if (
+        native.available()
+    ):  # the decoding lever: same outputs (checked inside), timed beside PyTorch's attention and topk
         assert result["decode"]["native_kernels"] and result["levers"]["decode_native_kernels"]["speedup"] > 0
         assert result["levers"]["native_dropout"]["speedup"] > 0  # training's dropout noise, timed beside torch's
     assert json.loads(report.json_dumps(result))["train_vs_marian"] == pytest.approx(result["train_vs_marian"])

@@ -8,8 +8,16 @@ import random
 import pytest
 
 from ablations.cli import main
-from ablations.measure.complexity import (LAYERS, PATH_KINDS, ComplexityConfig, counted_flops, fit_exponent,
-                                          path_length, sequential_depth, theoretical_path)
+from ablations.measure.complexity import (
+    LAYERS,
+    PATH_KINDS,
+    ComplexityConfig,
+    counted_flops,
+    fit_exponent,
+    path_length,
+    sequential_depth,
+    theoretical_path,
+)
 
 
 def test_fit_recovers_a_known_exponent_through_noise():
@@ -25,10 +33,18 @@ def test_fit_recovers_a_known_exponent_through_noise():
 
 
 def test_counted_flops_have_the_papers_exponents():
-    for layer, (p_n, p_d) in {"self-attention": (2, 1), "restricted self-attention": (1, 1), "recurrent": (1, 2),
-                              "convolutional": (1, 2)}.items():
-        assert fit_exponent([64, 128, 256], [counted_flops(layer, n, 32, 15, 3) for n in (64, 128, 256)]) == pytest.approx(p_n)
-        assert fit_exponent([16, 32, 64], [counted_flops(layer, 128, d, 15, 3) for d in (16, 32, 64)]) == pytest.approx(p_d)
+    for layer, (p_n, p_d) in {
+        "self-attention": (2, 1),
+        "restricted self-attention": (1, 1),
+        "recurrent": (1, 2),
+        "convolutional": (1, 2),
+    }.items():
+        assert fit_exponent(
+            [64, 128, 256], [counted_flops(layer, n, 32, 15, 3) for n in (64, 128, 256)]
+        ) == pytest.approx(p_n)
+        assert fit_exponent([16, 32, 64], [counted_flops(layer, 128, d, 15, 3) for d in (16, 32, 64)]) == pytest.approx(
+            p_d
+        )
     assert counted_flops("self-attention", 10, 4, 3, 3) == 2 * 2 * 10 * 10 * 4
 
 
@@ -42,7 +58,9 @@ def test_path_length_grows_as_table1_says(one_thread):
     # O(1), O(n/r), O(n), O(log_k n): quadrupling n keeps 1, about quadruples n/r and n, adds one to log_3 n.
     small, large = 20, 80
     assert path_length("self-attention", large, 4, 5, 3) == 1
-    assert path_length("restricted self-attention", large, 4, 5, 3) / path_length("restricted self-attention", small, 4, 5, 3) == pytest.approx(4, rel=0.15)
+    assert path_length("restricted self-attention", large, 4, 5, 3) / path_length(
+        "restricted self-attention", small, 4, 5, 3
+    ) == pytest.approx(4, rel=0.15)
     assert path_length("recurrent", large, 4, 5, 3) == 4 * path_length("recurrent", small, 4, 5, 3)
     assert path_length("convolutional (dilated)", 81, 4, 5, 3) == math.ceil(math.log(81, 3)) == 4
 

@@ -55,7 +55,13 @@ def raises_for(field: str, *fragments: str):
 def test_defaults_are_the_paper_base_model():
     cfg = ModelConfig()
     assert (cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.head_dim_k, cfg.head_dim_v) == (6, 512, 2048, 8, 64, 64)
-    assert (cfg.P_drop, cfg.positional, cfg.norm_placement, cfg.norm, cfg.ffn) == (0.1, "sinusoidal", "post", "layernorm", "relu")
+    assert (cfg.P_drop, cfg.positional, cfg.norm_placement, cfg.norm, cfg.ffn) == (
+        0.1,
+        "sinusoidal",
+        "post",
+        "layernorm",
+        "relu",
+    )
     assert cfg.tie_embeddings and cfg.scale_embeddings and cfg.n_kv_heads == 8 and DataConfig().vocab_size == 37000
 
 
@@ -275,8 +281,14 @@ def test_run_id_is_stable():
     # ... across processes too (no dependence on hash randomisation or object identity).
     code = "from lightning_modules.config import RunConfig; print(RunConfig().run_id())"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert out.stdout.strip() == rid
 
 
@@ -462,7 +474,9 @@ def _assert_builds_or_names_a_field(build, values, prefix=FIELD_PREFIX):
         assert prefix.match(str(error)), f"{values!r}: {error}"
 
 
-FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+FUZZ = settings(
+    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
 
 
 @FUZZ

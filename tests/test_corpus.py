@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+
 import pytest
 
 from lightning_modules.data import generated as C
@@ -22,10 +23,18 @@ def pairs():
 # -- helpers -------------------------------------------------------------------------------------------------------
 
 LEX = C._LEX
-FINITE = ({f for vs in LEX.verbs.values() for v in vs for f in (*v.pres.values(), *v.pres_sub.values())}
-          | set(C._HAVE.values()) | set(C._BE.values()) | set(C._FUT.values()))
-FINITE_V2 = ({f for vs in LEX.verbs.values() for v in vs for f in v.pres.values()}
-             | set(C._HAVE.values()) | set(C._BE.values()) | set(C._FUT.values()))
+FINITE = (
+    {f for vs in LEX.verbs.values() for v in vs for f in (*v.pres.values(), *v.pres_sub.values())}
+    | set(C._HAVE.values())
+    | set(C._BE.values())
+    | set(C._FUT.values())
+)
+FINITE_V2 = (
+    {f for vs in LEX.verbs.values() for v in vs for f in v.pres.values()}
+    | set(C._HAVE.values())
+    | set(C._BE.values())
+    | set(C._FUT.values())
+)
 TIME_ADV_SRC = {a.s[:1].upper() + a.s[1:] for a in LEX.time_advs}  # sentence-initial
 
 
@@ -42,8 +51,11 @@ def noun(cls: str, gender: str, k: int = 0):
 
 
 def verb(frame: str, obj=None, motion=None, k: int = 0, sep=False):
-    vs = [v for v in LEX.verbs[frame] if (obj is None or v.obj == obj) and not v.amb
-          and (motion is None or v.motion == motion) and bool(v.sep) == sep]
+    vs = [
+        v
+        for v in LEX.verbs[frame]
+        if (obj is None or v.obj == obj) and not v.amb and (motion is None or v.motion == motion) and bool(v.sep) == sep
+    ]
     return vs[k]
 
 

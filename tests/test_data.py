@@ -18,12 +18,24 @@ from hypothesis import strategies as st
 import lightning_modules.data as data
 from lightning_modules.config import DataConfig
 from lightning_modules.data import (
-    BOS_ID, EOS_ID, PAD_ID, UNK_ID, CorpusError, TokenBudgetBatchSampler, TranslationDataModule, check_corpus,
-    dataset_directory, generated_corpus_dir, load_or_train_tokenizer, resolve_splits,
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    CorpusError,
+    TokenBudgetBatchSampler,
+    TranslationDataModule,
+    check_corpus,
+    dataset_directory,
+    generated_corpus_dir,
+    load_or_train_tokenizer,
+    resolve_splits,
 )
 
 MULTI30K = Path("/work/shared/data/multi30k")
-WORDS_EN = "the a cat dog sat on mat big small red house tree runs jumps over under near blue green man woman child".split()
+WORDS_EN = (
+    "the a cat dog sat on mat big small red house tree runs jumps over under near blue green man woman child".split()
+)
 WORDS_DE = "der die das katze hund sitzt auf matte gross klein rot haus baum läuft springt über unter nahe blau grün mann frau kind".split()
 
 
@@ -37,7 +49,9 @@ def write(path: Path, lines: list[str]) -> Path:
     return path
 
 
-def make_corpus(root: Path, n_train: int = 300, n_dev: int = 20, n_test: int = 25, dev: str = "valid", test: str = "test") -> Path:
+def make_corpus(
+    root: Path, n_train: int = 300, n_dev: int = 20, n_test: int = 25, dev: str = "valid", test: str = "test"
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for split, n, seed in (("train", n_train, 0), (dev, n_dev, 1), (test, n_test, 2)):
         write(root / f"{split}.en", sentences(WORDS_EN, n, seed))
@@ -46,7 +60,9 @@ def make_corpus(root: Path, n_train: int = 300, n_dev: int = 20, n_test: int = 2
 
 
 def cfg(root: Path, tmp: Path, **kw) -> DataConfig:
-    values = dict(dataset="dir", path=str(root), vocab_size=64, max_tokens=64, batch_tokens=256, cache_dir=str(tmp / "cache"))
+    values = dict(
+        dataset="dir", path=str(root), vocab_size=64, max_tokens=64, batch_tokens=256, cache_dir=str(tmp / "cache")
+    )
     values.update(kw)
     return DataConfig(**values)
 
@@ -59,7 +75,12 @@ def test_resolve_splits_defaults(tmp_path):
     splits = resolve_splits(root, "en", "de")
     assert (splits.train.name, splits.dev.name, splits.test.name) == ("train", "val", "test2016")
     assert splits.dev.src == root / "val.en" and splits.test.tgt == root / "test2016.de"
-    write(root / "valid.en", ["x"]), write(root / "valid.de", ["y"]), write(root / "test.en", ["x"]), write(root / "test.de", ["y"])
+    (
+        write(root / "valid.en", ["x"]),
+        write(root / "valid.de", ["y"]),
+        write(root / "test.en", ["x"]),
+        write(root / "test.de", ["y"]),
+    )
     splits = resolve_splits(root, "en", "de")
     assert (splits.dev.name, splits.test.name) == ("valid", "test")
     assert resolve_splits(root, "en", "de", dev="val", test="test2016").dev.name == "val"
@@ -166,7 +187,10 @@ def test_tokenizer_vocab_too_large_names_the_limit(tmp_path):
     with pytest.raises(CorpusError, match=r"data.vocab_size = 5000 .* at most \d+ pieces") as err:
         load_or_train_tokenizer([root / "train.en", root / "train.de"], 5000, tmp_path / "cache")
     limit = int(str(err.value).split("data.vocab_size <= ")[1].split()[0])
-    assert load_or_train_tokenizer([root / "train.en", root / "train.de"], limit, tmp_path / "cache").get_piece_size() == limit
+    assert (
+        load_or_train_tokenizer([root / "train.en", root / "train.de"], limit, tmp_path / "cache").get_piece_size()
+        == limit
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- sampler
@@ -207,14 +231,21 @@ def test_sampler_budget_shards_and_determinism():
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 200), world=st.integers(1, 5), budget=st.integers(80, 600), seed=st.integers(0, 5),
-       repack=st.booleans())
+@given(
+    n=st.integers(1, 200),
+    world=st.integers(1, 5),
+    budget=st.integers(80, 600),
+    seed=st.integers(0, 5),
+    repack=st.booleans(),
+)
 @example(n=7, world=4, budget=80, seed=1, repack=False)  # found by CI: seven one-pair batches for four ranks
 def test_sampler_properties(n, world, budget, seed, repack):
     ls, lt = random_lengths(n, seed)
     ls, lt = np.minimum(ls, budget), np.minimum(lt, budget)
-    samplers = [TokenBudgetBatchSampler(ls, lt, budget, seed=seed, rank=r, world_size=world, repack_each_epoch=repack)
-                for r in range(world)]
+    samplers = [
+        TokenBudgetBatchSampler(ls, lt, budget, seed=seed, rank=r, world_size=world, repack_each_epoch=repack)
+        for r in range(world)
+    ]
     for epoch in (0, 1):
         per_rank = [s.batches(epoch) for s in samplers]
         assert len({len(b) for b in per_rank}) == 1 and len(per_rank[0]) >= 1
@@ -256,13 +287,17 @@ def test_datamodule_end_to_end(tmp_path):
     train_src = (root / "train.en").read_text().splitlines()
     for b in batches:
         src, tgt_in, tgt_out = b["src"], b["tgt_in"], b["tgt_out"]
-        assert src.dtype == torch.long and tgt_in.shape == tgt_out.shape and src.shape[0] == tgt_in.shape[0] == len(b["index"])
+        assert (
+            src.dtype == torch.long
+            and tgt_in.shape == tgt_out.shape
+            and src.shape[0] == tgt_in.shape[0] == len(b["index"])
+        )
         assert src.numel() <= 256 and tgt_in.numel() <= 256
         assert (tgt_in[:, 0] == BOS_ID).all()
         for row in range(len(b["index"])):
             n_src = int((src[row] != PAD_ID).sum())
             n_tgt = int((tgt_out[row] != PAD_ID).sum())
-            assert src[row, n_src - 1] == EOS_ID and (src[row, :n_src - 1] != EOS_ID).all()
+            assert src[row, n_src - 1] == EOS_ID and (src[row, : n_src - 1] != EOS_ID).all()
             assert tgt_out[row, n_tgt - 1] == EOS_ID and (tgt_in[row, n_tgt:] == PAD_ID).all()
             assert (tgt_in[row, 1:n_tgt] == tgt_out[row, : n_tgt - 1]).all()
             assert dm.decode(src[row]) == train_src[int(b["index"][row])]
@@ -303,9 +338,18 @@ def test_datamodule_in_trainer_reshuffles_per_epoch(tmp_path):
     root = make_corpus(tmp_path / "c")
     dm = TranslationDataModule(cfg(root, tmp_path, batch_tokens=128), seed=1)
     model = _Recorder()
-    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, use_distributed_sampler=False, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(model, datamodule=dm)
     epochs = [[idx for e, idx in model.seen if e == epoch] for epoch in (0, 1)]
     sampler = dm.train_sampler()
@@ -328,9 +372,19 @@ def test_datamodule_ddp_two_ranks(tmp_path):
     root = make_corpus(tmp_path / "c")
     dm = TranslationDataModule(cfg(root, tmp_path, batch_tokens=128), seed=2)
     dm.prepare_data()
-    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=2, strategy="ddp_spawn", use_distributed_sampler=False,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(_RankRecorder(str(tmp_path)), datamodule=dm)
     seen = [eval((tmp_path / f"rank{r}.txt").read_text()) for r in range(2)]
     for epoch in (0, 1):
@@ -387,8 +441,16 @@ def test_named_dataset_directories(tmp_path):
 
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="Multi30k not present")
 def test_multi30k_padding_efficiency(tmp_path):
-    dm = TranslationDataModule(DataConfig(dataset="multi30k", path=str(MULTI30K), vocab_size=8000, max_tokens=256,
-                                          batch_tokens=4096, cache_dir=str(tmp_path / "cache")))
+    dm = TranslationDataModule(
+        DataConfig(
+            dataset="multi30k",
+            path=str(MULTI30K),
+            vocab_size=8000,
+            max_tokens=256,
+            batch_tokens=4096,
+            cache_dir=str(tmp_path / "cache"),
+        )
+    )
     dm.setup("fit")
     assert (dm.splits.dev.name, dm.splits.test.name) == ("val", "test2016")
     assert len(dm.dev_references) == 1014 and len(dm.test_references) == 1000

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sweep import folders, sweep_args, write_sweep
 
 from ablations import cli, sync
 from ablations.launch import plan, processes, slurm
-from lightning_modules.data.generated import write_corpus
 from ablations.records import RunLock, lock_holder, read_config, read_metrics, update_metrics
-from test_sweep import folders, sweep_args, write_sweep
+from lightning_modules.data.generated import write_corpus
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,8 +35,19 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def slurm_args(path: Path, out: Path, *extra: str) -> list[str]:
-    return sweep_args(path, out, "--launcher", "slurm", "--slurm-cluster", "local", "--slurm-time", "10",
-                      "--slurm-gpus-per-node", "0", *extra)
+    return sweep_args(
+        path,
+        out,
+        "--launcher",
+        "slurm",
+        "--slurm-cluster",
+        "local",
+        "--slurm-time",
+        "10",
+        "--slurm-gpus-per-node",
+        "0",
+        *extra,
+    )
 
 
 def submissions(out: Path) -> list[Path]:
@@ -59,7 +70,9 @@ def test_slurm_launcher_trains_a_job_array_and_a_rerun_submits_nothing(corpus, t
     for run_dir in runs.values():
         record = read_metrics(run_dir)
         assert record["status"] == "done" and record["steps"] == 5 and record["attempts"] == 1, record
-        assert record["submitit_cluster"] == "local" and record["submitit_job"] and Path(record["submitit_log"]).exists()
+        assert (
+            record["submitit_cluster"] == "local" and record["submitit_job"] and Path(record["submitit_log"]).exists()
+        )
         assert (run_dir / "checkpoints" / "last.ckpt").exists() and (run_dir / "test.hyp").exists()
         config, meta = read_config(run_dir / "config.yaml")
         assert config.run_id() == run_dir.name.rsplit("-", 1)[1]
@@ -75,7 +88,9 @@ def test_slurm_launcher_trains_a_job_array_and_a_rerun_submits_nothing(corpus, t
 
 
 def test_a_failing_job_is_recorded_with_wait(corpus, tmp_path, capsys):
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}})
+    path = write_sweep(
+        tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}}
+    )
     out = tmp_path / "runs"
     assert cli.main(slurm_args(path, out, "--wait")) == 1
     record = read_metrics(folders(out)["broken-s0"])
@@ -84,7 +99,9 @@ def test_a_failing_job_is_recorded_with_wait(corpus, tmp_path, capsys):
 
 
 def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
-    path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}})
+    path = write_sweep(
+        tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}}
+    )
     out = tmp_path / "runs"
     queued, done, busy = (run.dir for run in plan.plan(path, "test", out=out))
     update_metrics(queued, status="pending", submitit_job=str(os.getpid()), submitit_cluster="local")  # an alive job
@@ -94,7 +111,11 @@ def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
         lock.note("someone else\n")
         assert cli.main(slurm_args(path, out)) == 0
     text = capsys.readouterr().out
-    assert "nothing to submit" in text and f"queued as job {os.getpid()}" in text and "running elsewhere (lock held: someone else)" in text
+    assert (
+        "nothing to submit" in text
+        and f"queued as job {os.getpid()}" in text
+        and "running elsewhere (lock held: someone else)" in text
+    )
     assert submissions(out) == []
 
 
@@ -108,7 +129,9 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, t
     sets = {"train.max_steps": 200, "train.checkpoint_every_steps": 10, "train.val_every_steps": 1000}
     runs = plan.plan(path, "test", out=out, sets=sets)
     todo = plan.select(runs)
-    executor = slurm.make_executor(out / slurm.SUBMITIT_FOLDER, slurm.SlurmOptions(time_min=10, gpus_per_run=0, cluster="local"), "t")
+    executor = slurm.make_executor(
+        out / slurm.SUBMITIT_FOLDER, slurm.SlurmOptions(time_min=10, gpus_per_run=0, cluster="local"), "t"
+    )
     (job,) = executor.map_array(slurm.TrainJob(1, "cpu"), [str(todo[0].dir)])
     run_dir = todo[0].dir
     deadline = time.time() + 120
@@ -157,7 +180,13 @@ def test_executor_parameters(tmp_path, monkeypatch):
     assert params["time"] == 90 and params["partition"] == "gpu" and params["cpus_per_task"] == 8
     assert params["array_parallelism"] == 3 and params["signal_delay_s"] == options.signal_delay_s
     text = executor._executor._make_submission_file_text("python -m x", "uid")
-    for line in ("--gpus-per-node=4", "--ntasks-per-node=4", "--partition=gpu", "--time=90", f"--signal=USR2@{options.signal_delay_s}"):
+    for line in (
+        "--gpus-per-node=4",
+        "--ntasks-per-node=4",
+        "--partition=gpu",
+        "--time=90",
+        f"--signal=USR2@{options.signal_delay_s}",
+    ):
         assert line in text, text
 
 
@@ -170,7 +199,9 @@ def test_slurm_cli_errors(corpus, tmp_path, capsys):
     assert "--slurm-partition: only with --launcher slurm" in capsys.readouterr().err
     assert cli.main(sweep_args(path, out, "--launcher", "slurm", "--workers", "2")) == 2
     assert "--slurm-array-parallelism" in capsys.readouterr().err
-    assert cli.main(sweep_args(path, out, "--launcher", "slurm", "--gpus-per-run", "2", "--slurm-gpus-per-node", "4")) == 2
+    assert (
+        cli.main(sweep_args(path, out, "--launcher", "slurm", "--gpus-per-run", "2", "--slurm-gpus-per-node", "4")) == 2
+    )
     assert "disagree" in capsys.readouterr().err
     if not any(Path(d, "srun").exists() for d in os.environ.get("PATH", "").split(os.pathsep)):
         assert cli.main(sweep_args(path, out, "--launcher", "slurm")) == 2  # no SLURM on this machine: a clear error
@@ -191,7 +222,10 @@ def test_slots_with_several_gpus_per_run(monkeypatch):
     cpu = processes.make_slots(1, cores=range(4), gpus=[], gpus_per_run=2)[0]
     assert (cpu.gpu, cpu.devices, cpu.threads) == (None, 2, 2)  # two CPU processes share the slot's 4 cores
     assert processes.slot_command(cpu, Path("c.yaml"), Path("r"))[-4:] == ["--devices", "2", "--accelerator", "cpu"]
-    assert processes.slot_command(processes.make_slots(1, cores=[0], gpus=[])[0], Path("c.yaml"), Path("r"))[-2:] == ["--run-dir", "r"]
+    assert processes.slot_command(processes.make_slots(1, cores=[0], gpus=[])[0], Path("c.yaml"), Path("r"))[-2:] == [
+        "--run-dir",
+        "r",
+    ]
     with pytest.raises(ValueError, match="only 1 GPU"):
         processes.make_slots(1, cores=[0], gpus=["0"], gpus_per_run=2)
 
@@ -215,8 +249,15 @@ def train_cli(config: Path, run_dir: Path, *extra: str, timeout: float = 240) ->
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"):
         env.pop(key, None)
-    return subprocess.run([sys.executable, "-m", "ablations.cli", "train", "--config", str(config), "--run-dir", str(run_dir), *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-m", "ablations.cli", "train", "--config", str(config), "--run-dir", str(run_dir), *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.slow
@@ -243,8 +284,11 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
     common = {"train.max_steps": steps, "train.val_every_steps": 100, "train.checkpoint_every_steps": 3}
 
     def settings(**values) -> list[str]:
-        return [arg for key, value in (common | {k.replace("__", "."): v for k, v in values.items()}).items()
-                for arg in ("--set", f"{key}={value}")]
+        return [
+            arg
+            for key, value in (common | {k.replace("__", "."): v for k, v in values.items()}).items()
+            for arg in ("--set", f"{key}={value}")
+        ]
 
     # precondition of the exact comparison: an even number of batches, so world size 2 splits none
     from ablations.sweep import apply_overrides, build_config
@@ -275,8 +319,11 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
         records[name] = read_metrics(tmp_path / name)
         assert records[name]["status"] == "done" and records[name]["steps"] == steps, records[name]
     ddp, acc, dbl = records["ddp"], records["accumulate"], records["double"]
-    summary = {name: {k: r[k] for k in ("dev_loss", "test_loss", "train_tokens", "attempts", "devices")} | {"wall_s": round(results[name][1], 1)}
-               for name, r in records.items()}
+    summary = {
+        name: {k: r[k] for k in ("dev_loss", "test_loss", "train_tokens", "attempts", "devices")}
+        | {"wall_s": round(results[name][1], 1)}
+        for name, r in records.items()
+    }
     print(json.dumps(summary, indent=2))
     (tmp_path / "summary.json").write_text(json.dumps(summary, indent=2))
     assert ddp["devices"] == 2 and ddp["attempts"] == 1  # rank 1 wrote no record, nor a second attempt
@@ -291,13 +338,15 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_the_local_launcher_trains_a_run_on_two_cpu_processes(corpus, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"base": {}})
     out = tmp_path / "runs"
     assert cli.main(sweep_args(path, out, "--gpus-per-run", "2")) == 0
     run_dir = folders(out)["base-s0"]
     record = read_metrics(run_dir)
-    assert record["status"] == "done" and record["devices"] == 2 and record["steps"] == 5 and record["attempts"] == 1, record
+    assert record["status"] == "done" and record["devices"] == 2 and record["steps"] == 5 and record["attempts"] == 1, (
+        record
+    )
     assert "--devices 2 --accelerator cpu" in (run_dir / "train.log").read_text()
 
 
@@ -348,10 +397,12 @@ def test_a_synced_run_records_its_wandb_address(tmp_path, monkeypatch, capsys):
     offline = fake_offline_run(run_dir, "bbbb")
     update_metrics(run_dir, status="done", dev_bleu=12.5)
     fake = tmp_path / "fake_wandb.py"
-    fake.write_text("import pathlib, sys\n"
-                    "run = pathlib.Path(sys.argv[2])\n"
-                    "print(f'Syncing: http://wandb.test/team/attention-ablations/runs/bbbb ... done.')\n"
-                    "for f in run.glob('*.wandb'): f.with_suffix('.wandb.synced').write_text('')\n")
+    fake.write_text(
+        "import pathlib, sys\n"
+        "run = pathlib.Path(sys.argv[2])\n"
+        "print(f'Syncing: http://wandb.test/team/attention-ablations/runs/bbbb ... done.')\n"
+        "for f in run.glob('*.wandb'): f.with_suffix('.wandb.synced').write_text('')\n"
+    )
     monkeypatch.setattr(sync, "wandb_command", lambda: [sys.executable, str(fake)])
     monkeypatch.setattr(sync, "probe", lambda url, timeout: None)
     assert sync.sync_runs(tmp_path) == 0
@@ -385,9 +436,17 @@ def test_sync_times_out_on_a_server_that_never_answers(tmp_path, monkeypatch, ca
         monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
         run_dir = tmp_path / "s" / "t" / "d-s0-dddd"
         run_dir.mkdir(parents=True)
-        make = ("import wandb; r = wandb.init(project='p', id='dddd', dir=%r, mode='offline'); r.log({'x': 1}); r.finish()" % str(run_dir))
-        subprocess.run([sys.executable, "-c", make], check=True, timeout=60, capture_output=True,
-                       env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true"))
+        make = (
+            "import wandb; r = wandb.init(project='p', id='dddd', dir=%r, mode='offline'); r.log({'x': 1}); r.finish()"
+            % str(run_dir)
+        )
+        subprocess.run(
+            [sys.executable, "-c", make],
+            check=True,
+            timeout=60,
+            capture_output=True,
+            env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true"),
+        )
         (run,) = sync.offline_runs(tmp_path)
         started = time.time()
         assert sync.sync_runs(tmp_path, timeout=5) == 1

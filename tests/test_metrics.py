@@ -14,8 +14,11 @@ def test_split_compounds_splits_every_hyphen():
 
 
 def test_tokenize_for_bleu_moses_no_escape():
-    assert tokenize_for_bleu("Das Haus-Tür-Schloss ist kaputt.") == "Das Haus ##AT##-##AT## Tür ##AT##-##AT## Schloss ist kaputt ."
-    assert tokenize_for_bleu("Tom & Jerry sagen: \"Nein\"!") == 'Tom & Jerry sagen : " Nein " !'  # escape=False
+    assert (
+        tokenize_for_bleu("Das Haus-Tür-Schloss ist kaputt.")
+        == "Das Haus ##AT##-##AT## Tür ##AT##-##AT## Schloss ist kaputt ."
+    )
+    assert tokenize_for_bleu('Tom & Jerry sagen: "Nein"!') == 'Tom & Jerry sagen : " Nein " !'  # escape=False
 
 
 def test_identical_is_100():
@@ -34,7 +37,9 @@ def test_tokenized_bleu_known_value_and_compound_split_direction():
     expected = 100 * math.exp((math.log(8 / 9) + math.log(6 / 8) + math.log(4 / 7) + math.log(2 / 6)) / 4)
     assert scores["bleu_tok"] == pytest.approx(expected, abs=1e-9)
     # Without the split the compound is one wrong token (precisions 4/5, 2/4, 1/3, 0/2): a lower score.
-    unsplit = sacrebleu.corpus_bleu(["Das Haus-Tür-Schloss ist kaputt ."], [["Das Haus-Tür-Schlüssel ist kaputt ."]], tokenize="none")
+    unsplit = sacrebleu.corpus_bleu(
+        ["Das Haus-Tür-Schloss ist kaputt ."], [["Das Haus-Tür-Schlüssel ist kaputt ."]], tokenize="none"
+    )
     assert unsplit.counts == [4, 2, 1, 0]
     assert unsplit.score < scores["bleu_tok"] - 10
 

@@ -9,7 +9,15 @@ import pytest
 
 from lightning_modules.parsing.evalb import brackets, evalb, score_sentence
 from lightning_modules.parsing.trees import (
-    Tree, TreeError, from_target, normalize, parse_output, read_tree, strip_tags, target_of, to_target,
+    Tree,
+    TreeError,
+    from_target,
+    normalize,
+    parse_output,
+    read_tree,
+    strip_tags,
+    target_of,
+    to_target,
 )
 
 # Penn Treebank-format trees written for these tests (not WSJ text): traces, function tags, indices, punctuation,
@@ -50,8 +58,13 @@ def test_the_target_reads_like_vinyals_et_al():
 
 
 def test_malformed_trees_are_rejected_with_the_reason():
-    for text, reason in (("(S (NP (DT the)", "unbalanced"), ("(S (NP))", "empty constituent"),
-                         ("(S (X a)) b", "text after"), ("", "empty tree"), ("(S (X a)))", "text after")):
+    for text, reason in (
+        ("(S (NP (DT the)", "unbalanced"),
+        ("(S (NP))", "empty constituent"),
+        ("(S (X a)) b", "text after"),
+        ("", "empty tree"),
+        ("(S (X a)))", "text after"),
+    ):
         with pytest.raises(TreeError, match=reason):
             read_tree(text)
 
@@ -60,7 +73,9 @@ def test_malformed_outputs_are_repaired_into_trees_and_the_repair_is_counted():
     words = "the cat sleeps".split()
     tree, repair = parse_output("(S (NP XX XX )NP (VP XX )VP", words)  # unclosed root
     assert str(tree) == "(S (NP (XX the) (XX cat)) (VP (XX sleeps)))" and repair.closed_at_end == 1
-    tree, repair = parse_output(")S (S (NP XX XX )VP XX )S XX XX", words)  # stray and mislabelled closings, extra leaves
+    tree, repair = parse_output(
+        ")S (S (NP XX XX )VP XX )S XX XX", words
+    )  # stray and mislabelled closings, extra leaves
     assert str(tree) == "(S (NP (XX the) (XX cat)) (XX sleeps))"
     assert (repair.dropped_closings, repair.relabelled_closings, repair.leaves_dropped) == (1, 1, 2)
     tree, repair = parse_output("(NP XX )NP (VP )VP", words)  # missing leaves go to the root; an empty constituent
@@ -152,9 +167,14 @@ def test_evalb_agrees_with_pyevalb_where_their_conventions_meet():
             kept = [True] * len(gold.words())
             if max(brackets(test, kept).values()) > 1 or max(brackets(gold, kept).values()) > 1:
                 continue  # PYEVALB counts sets
-            theirs = pyevalb_scorer.Scorer().score_trees(pyevalb_parser.create_from_bracket_string(str(gold)),
-                                                         pyevalb_parser.create_from_bracket_string(str(test)))
+            theirs = pyevalb_scorer.Scorer().score_trees(
+                pyevalb_parser.create_from_bracket_string(str(gold)),
+                pyevalb_parser.create_from_bracket_string(str(test)),
+            )
             assert (ours.matched, ours.gold, ours.test) == (
-                theirs.matched_brackets, theirs.gold_brackets, theirs.test_brackets), (str(gold), str(test))
+                theirs.matched_brackets,
+                theirs.gold_brackets,
+                theirs.test_brackets,
+            ), (str(gold), str(test))
             compared += 1
     assert compared >= 150

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from test_tables import BAD, GOOD, done, write_project, write_run
 
 from ablations.records import write_atomic
 from ablations.report import write_outputs
@@ -15,7 +15,6 @@ from ablations.report.plots import draw_delta_bleu, pyplot
 from ablations.report.table2 import PAPER, SUSTAINED_FILE, paper_method_flops, papers_runs_counted
 from ablations.report.table3 import build_table
 from ablations.sweep import load_sweep
-from test_tables import BAD, GOOD, done, write_project, write_run
 
 SWEEP = """\
 name: two
@@ -32,8 +31,15 @@ CURVES = "dev/bleu,dev/ppl,step,train/loss\n,,9,7.5\n,,19,6.0\n20.5,9.0,49,\n,,5
 
 
 def cost_metrics(bleu: float, ppl: float) -> dict:
-    return {**done(bleu, ppl), "test_bleu": bleu - 1, "test_bleu_tok": bleu, "train_tokens": 1000,
-            "train_seconds": 60.0, "cpu_model": "Test CPU", "torch_threads": 2}
+    return {
+        **done(bleu, ppl),
+        "test_bleu": bleu - 1,
+        "test_bleu_tok": bleu,
+        "train_tokens": 1000,
+        "train_seconds": 60.0,
+        "cpu_model": "Test CPU",
+        "torch_threads": 2,
+    }
 
 
 @pytest.fixture
@@ -44,8 +50,14 @@ def project(tmp_path: Path) -> Path:
     for seed, bleu in ((0, 20.0), (1, 22.0)):
         folder = write_run(runs, specs["base", seed], "done", BAD, **cost_metrics(bleu, 5.0))
         write_atomic(folder / "logs" / "attempt-1" / "metrics.csv", CURVES)
-    folder = write_run(runs, specs["A1", 0], "done", GOOD, **cost_metrics(25.0, 4.5),
-                       wandb_url="https://wandb.ai/team/attention-ablations/runs/abc123")
+    folder = write_run(
+        runs,
+        specs["A1", 0],
+        "done",
+        GOOD,
+        **cost_metrics(25.0, 4.5),
+        wandb_url="https://wandb.ai/team/attention-ablations/runs/abc123",
+    )
     write_atomic(folder / "logs" / "attempt-1" / "metrics.csv", CURVES)
     write_run(runs, specs["A1", 1], "failed", error="boom")
     write_run(runs, specs["big", 0], "done", GOOD, **cost_metrics(26.0, 4.0))
@@ -60,8 +72,16 @@ def build(project: Path, out: str = "results"):
 def test_every_output_rebuilds_byte_for_byte(project):
     _, paths = build(project)
     names = {path.relative_to(project / "results").as_posix() for path in paths}
-    assert {"plots/two_tiny_delta_bleu.png", "plots/two_tiny_dev_ppl.svg", "plots/two_tiny_params_bleu.svg",
-            "table2_tiny.md", "table2_tiny.csv", "table2_tiny.tex", "two_tiny.json", "index.html"} <= names
+    assert {
+        "plots/two_tiny_delta_bleu.png",
+        "plots/two_tiny_dev_ppl.svg",
+        "plots/two_tiny_params_bleu.svg",
+        "table2_tiny.md",
+        "table2_tiny.csv",
+        "table2_tiny.tex",
+        "two_tiny.json",
+        "index.html",
+    } <= names
     before = {path: path.read_bytes() for path in paths}
     for path in paths:
         if path.suffix in (".png", ".svg", ".html", ".json"):
@@ -115,20 +135,28 @@ def test_the_papers_method_gives_the_papers_figures():
 def test_the_papers_runs_counted_by_our_rule_are_computed_from_the_sweep():
     # README: the counted rule gives 9.4·10¹⁷ (base) and 9.6·10¹⁸ (big), 29 % and 42 % of the P100's rate.
     note = papers_runs_counted(load_sweep(Path(__file__).parents[1] / "sweeps" / "table3.yaml"))
-    assert note.startswith("Paper cost counted by the same rule: base 9.4e17 and big 9.6e18 (63M and 214M parameters, "
-                           "2.5e9 and 7.5e9 target tokens)")
+    assert note.startswith(
+        "Paper cost counted by the same rule: base 9.4e17 and big 9.6e18 (63M and 214M parameters, "
+        "2.5e9 and 7.5e9 target tokens)"
+    )
     assert note.endswith("assume about 29 % and 42 % of the P100's 9.5 TFLOPS.")
 
 
 def test_table2_columns_from_records(project):
     build(project)
     text = (project / "results" / "table2_tiny.md").read_text(encoding="utf-8")
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| Transformer")}
+    rows = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")
+        for line in text.splitlines()
+        if line.startswith("| Transformer")
+    }
     base = rows["Transformer (base)"]
     assert base[1:6] == ["20.0", "21.0", "27.3", "100", "1.0"]  # test BLEU means of the two seeds, 60 s of training
     assert base[6] == ""  # no sustained FLOP/s recorded for this CPU: blank, and a note says so
     assert "no sustained FLOP/s recorded for cpu:Test CPU" in text
-    write_atomic(project / "results" / SUSTAINED_FILE, json.dumps({"cpu:Test CPU": {"flops_per_second": 1e9, "method": "test"}}))
+    write_atomic(
+        project / "results" / SUSTAINED_FILE, json.dumps({"cpu:Test CPU": {"flops_per_second": 1e9, "method": "test"}})
+    )
     build(project)
     text = (project / "results" / "table2_tiny.md").read_text(encoding="utf-8")
     base = next(line.split(" | ") for line in text.splitlines() if line.startswith("| Transformer (base)"))
@@ -151,8 +179,10 @@ def test_a_sweep_without_base_and_big_writes_no_table2(project, tmp_path):
 
 def dashboard_data(index: Path) -> list[dict]:
     text = index.read_text(encoding="utf-8")
-    start = text.index('<script type="application/json" id="dashboard-data">') + len('<script type="application/json" id="dashboard-data">')
-    return json.loads(text[start:text.index("</script>", start)].replace("<\\/", "</"))
+    start = text.index('<script type="application/json" id="dashboard-data">') + len(
+        '<script type="application/json" id="dashboard-data">'
+    )
+    return json.loads(text[start : text.index("</script>", start)].replace("<\\/", "</"))
 
 
 def test_dashboard_has_every_run_its_config_difference_and_wandb_link(project):
@@ -191,8 +221,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium); "
-                    ".ci/run installs it")
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
+)
 def test_dashboard_renders_in_a_headless_browser(project, tmp_path):
     import re
     import subprocess
@@ -201,9 +232,21 @@ def test_dashboard_renders_in_a_headless_browser(project, tmp_path):
     index = project / "results" / "index.html"
     profile = tmp_path / "chromium-profile"
     result = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
-         "--virtual-time-budget=5000", "--dump-dom", index.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            index.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     dom = result.stdout
     assert result.returncode == 0 and dom, result.stderr[-2000:]
     status = re.search(r'<p id="render-status"[^>]*>', dom).group(0)

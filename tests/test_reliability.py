@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import dataclasses
 import errno
 import json
 import os
@@ -33,16 +32,16 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_sweep import FAKE_TRAIN, folders, sweep_args, write_sweep
 
 from ablations import cli
 from ablations.launch import plan, processes
-from lightning_modules.data.generated import write_corpus
-from ablations.records import lock_holder, read_config, read_metrics, update_metrics, write_config
+from ablations.records import lock_holder, read_metrics, update_metrics, write_config
 from ablations.train import train_run
 from lightning_modules.checkpoints import checkpoint_problem, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data import CorpusError, check_corpus, resolve_splits
-from test_sweep import FAKE_TRAIN, folders, sweep_args, write_sweep
+from lightning_modules.data.generated import write_corpus
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +91,9 @@ def run_config(corpus: Path, cache: Path, **train) -> RunConfig:
     """A run of seconds: P_drop 0.1 (so dropout's RNG matters), a checkpoint every 4 steps, validation every 5,
     short decoding (an untrained model's hypotheses run to the length limit)."""
     model = ModelConfig(N=1, d_model=32, d_ff=64, h=4, max_positions=128)
-    data = DataConfig(dataset="dir", path=str(corpus), vocab_size=96, batch_tokens=512, max_tokens=64, cache_dir=str(cache))
+    data = DataConfig(
+        dataset="dir", path=str(corpus), vocab_size=96, batch_tokens=512, max_tokens=64, cache_dir=str(cache)
+    )
     values = dict(max_steps=12, warmup_steps=4, val_every_steps=5, checkpoint_every_steps=4, keep_checkpoints=3) | train
     evaluation = EvalConfig(beam_size=2, max_len_offset=10, dev_bleu_sentences=4, average_last=1)
     return RunConfig(model=model, data=data, train=TrainConfig(**values), eval=evaluation)
@@ -137,7 +138,17 @@ def csv_rows(run_dir: Path) -> dict[tuple[int, str], dict[str, str]]:
     return rows
 
 
-COMPARED = ("dev_loss", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_loss", "test_bleu", "test_bleu_tok", "train_tokens", "steps")
+COMPARED = (
+    "dev_loss",
+    "dev_ppl",
+    "dev_bleu",
+    "dev_bleu_tok",
+    "test_loss",
+    "test_bleu",
+    "test_bleu_tok",
+    "train_tokens",
+    "steps",
+)
 
 
 def assert_same_results(got: dict, expected: dict) -> None:
@@ -175,7 +186,9 @@ def test_sigkill_mid_epoch_then_resume_is_bit_exact(corpus, cache, reference, re
     marker = tmp_path / "paused"
     env = child_env(WANDB_MODE="offline", RELIABILITY_PAUSE_STEP="22", RELIABILITY_MARKER=str(marker))
     with reliability.fault("SIGKILL mid-epoch"):
-        process = subprocess.Popen(train_argv(run_dir, driver=True), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            train_argv(run_dir, driver=True), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         try:
             wait_for(marker, process)
             assert (run_dir / "checkpoints" / "step-0000020.ckpt").exists()
@@ -186,7 +199,14 @@ def test_sigkill_mid_epoch_then_resume_is_bit_exact(corpus, cache, reference, re
         assert process.returncode == -signal.SIGKILL
         assert read_metrics(run_dir)["status"] == "running"  # killed: nobody could record anything
 
-        resumed = subprocess.run(train_argv(run_dir), cwd=ROOT, env=child_env(WANDB_MODE="offline"), capture_output=True, text=True, timeout=300)
+        resumed = subprocess.run(
+            train_argv(run_dir),
+            cwd=ROOT,
+            env=child_env(WANDB_MODE="offline"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         record = read_metrics(run_dir)
         assert record["status"] == "done" and record["attempts"] == 2, record
@@ -199,7 +219,9 @@ def test_sigkill_mid_epoch_then_resume_is_bit_exact(corpus, cache, reference, re
         got, want = csv_rows(run_dir), csv_rows(expected_dir)
         assert sorted(got) == sorted(want) and len(want) >= 10
         for key, row in want.items():
-            assert {k: v for k, v in got[key].items() if k != "epoch"} == {k: v for k, v in row.items() if k != "epoch"}, key
+            assert {k: v for k, v in got[key].items() if k != "epoch"} == {
+                k: v for k, v in row.items() if k != "epoch"
+            }, key
 
         # wandb: one offline run per attempt, all under the run id, so syncing resumes one run instead of adding one.
         ids = [path.name.rsplit("-", 1)[1] for path in (run_dir / "wandb").glob("offline-run-*")]
@@ -219,16 +241,28 @@ def test_sweep_killed_mid_run_reruns_to_completion_without_loss_or_duplicates(co
     rows = {"base": {}, "unstable": {"train.lr_scale": 1e12}, "nopos": {"positional": "none"}}
     path = write_sweep(tmp_path, corpus, rows)
     out = tmp_path / "runs"
-    sets = ["--set", "train.max_steps=8", "--set", "train.checkpoint_every_steps=4", "--set", "eval.beam_size=1",
-            "--set", "eval.max_len_offset=5"]
+    sets = [
+        "--set",
+        "train.max_steps=8",
+        "--set",
+        "train.checkpoint_every_steps=4",
+        "--set",
+        "eval.beam_size=1",
+        "--set",
+        "eval.max_len_offset=5",
+    ]
     marker = tmp_path / "paused"
-    driver = (f"from ablations import cli\nfrom ablations.launch import processes\n"
-              f"processes.train_command = lambda config, run_dir: [{sys.executable!r}, '-c', {PAUSE_DRIVER!r}, 'train', "
-              f"'--config', str(config), '--run-dir', str(run_dir)]\n"
-              f"raise SystemExit(cli.main({sweep_args(path, out, '--workers', '1', *sets)!r}))\n")
+    driver = (
+        f"from ablations import cli\nfrom ablations.launch import processes\n"
+        f"processes.train_command = lambda config, run_dir: [{sys.executable!r}, '-c', {PAUSE_DRIVER!r}, 'train', "
+        f"'--config', str(config), '--run-dir', str(run_dir)]\n"
+        f"raise SystemExit(cli.main({sweep_args(path, out, '--workers', '1', *sets)!r}))\n"
+    )
     env = child_env(RELIABILITY_PAUSE_ROW="nopos", RELIABILITY_PAUSE_STEP="6", RELIABILITY_MARKER=str(marker))
     with reliability.fault("SIGKILL sweep runner"):
-        sweeper = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        sweeper = subprocess.Popen(
+            [sys.executable, "-c", driver], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         try:
             wait_for(marker, sweeper)
             trainer_pid = int(marker.read_text())
@@ -241,9 +275,15 @@ def test_sweep_killed_mid_run_reruns_to_completion_without_loss_or_duplicates(co
         runs = folders(out)
         assert read_metrics(runs["base-s0"])["status"] == "done", log
         unstable = read_metrics(runs["unstable-s0"])
-        assert unstable["status"] == "diverged" and unstable["diverged_step"] >= 1 and "nan" in unstable["reason"].lower(), unstable
+        assert (
+            unstable["status"] == "diverged" and unstable["diverged_step"] >= 1 and "nan" in unstable["reason"].lower()
+        ), unstable
         assert read_metrics(runs["nopos-s0"])["status"] == "running"  # stale: its process is gone
-        before = {name: (run / "metrics.json").read_bytes() for name, run in runs.items() if name in ("base-s0", "unstable-s0")}
+        before = {
+            name: (run / "metrics.json").read_bytes()
+            for name, run in runs.items()
+            if name in ("base-s0", "unstable-s0")
+        }
 
         deadline = time.time() + 30
         while lock_holder(runs["nopos-s0"]) is not None:  # the kernel releases the killed trainer's lock
@@ -304,12 +344,20 @@ def test_a_crash_in_training_is_recorded_as_failed_with_its_log_tail(corpus, cac
             train_run(run_config(corpus, cache), tmp_path / "run", progress=False, callbacks=[Crash()])
         record = read_metrics(tmp_path / "run")
         assert record["status"] == "failed" and record["reason"] == "RuntimeError: injected crash at step 3", record
-        assert record["log_tail"][-1] == "RuntimeError: injected crash at step 3" and any("Traceback" in line for line in record["log_tail"])
+        assert record["log_tail"][-1] == "RuntimeError: injected crash at step 3" and any(
+            "Traceback" in line for line in record["log_tail"]
+        )
 
 
-def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(corpus, reliability, tmp_path, monkeypatch, capsys):
+def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(
+    corpus, reliability, tmp_path, monkeypatch, capsys
+):
     """Training processes that exit with an error and that die of SIGKILL (stand-ins, as in test_sweep)."""
-    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(
+        processes,
+        "train_command",
+        lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)],
+    )
     monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"crash": {}, "killed": {"positional": "none"}, "base": {"P_drop": 0.2}})
     out = tmp_path / "runs"
@@ -317,7 +365,11 @@ def test_the_launcher_records_crashed_and_killed_processes_and_goes_on(corpus, r
         assert cli.main(sweep_args(path, out, "--workers", "2")) == 1
         runs = folders(out)
         crash, killed = read_metrics(runs["crash-s0"]), read_metrics(runs["killed-s0"])
-        assert crash["status"] == "failed" and crash["reason"] == "exit code 3" and "RuntimeError: the fake run broke" in crash["log_tail"]
+        assert (
+            crash["status"] == "failed"
+            and crash["reason"] == "exit code 3"
+            and "RuntimeError: the fake run broke" in crash["log_tail"]
+        )
         assert killed["status"] == "failed" and killed["reason"] == "killed by signal SIGKILL" and killed["log_tail"]
         assert read_metrics(runs["base-s0"])["status"] == "done"
         assert "failed: crash-s0" in capsys.readouterr().out
@@ -366,7 +418,9 @@ class Payload:
 
 
 @pytest.mark.parametrize("damage", ["truncated last", "flipped byte in last and step-8", "all damaged or malicious"])
-def test_a_damaged_checkpoint_is_detected_and_the_run_falls_back(corpus, cache, reference, reliability, tmp_path, monkeypatch, damage):
+def test_a_damaged_checkpoint_is_detected_and_the_run_falls_back(
+    corpus, cache, reference, reliability, tmp_path, monkeypatch, damage
+):
     """Checkpoints at steps 4 and 8 (and last = 8); the run stops at step 10. Damaged last.ckpt: resume from step 8;
     damaged 8 too: from step 4; nothing whole (or a malicious pickle): from scratch with a warning. Each way the
     run ends bit-identical to an uninterrupted one, and no damaged file is used (or executed) again."""
@@ -379,7 +433,11 @@ def test_a_damaged_checkpoint_is_detected_and_the_run_falls_back(corpus, cache, 
         interrupted_run(corpus, cache, run_dir, at_step=10)
         checkpoints = run_dir / "checkpoints"
         assert [p.name for p in step_checkpoints(checkpoints)] == ["step-0000004.ckpt", "step-0000008.ckpt"]
-        last, step4, step8 = checkpoints / "last.ckpt", checkpoints / "step-0000004.ckpt", checkpoints / "step-0000008.ckpt"
+        last, step4, step8 = (
+            checkpoints / "last.ckpt",
+            checkpoints / "step-0000004.ckpt",
+            checkpoints / "step-0000008.ckpt",
+        )
         if damage == "truncated last":
             damage_truncate(last)
             damaged, resumed_from = [last], "step-0000008.ckpt"
@@ -409,12 +467,16 @@ def test_a_damaged_checkpoint_is_detected_and_the_run_falls_back(corpus, cache, 
         assert not marker.exists()  # the malicious pickle was never executed
         warnings = record["checkpoint_warnings"]
         assert len(warnings) == len(damaged) + 1 and all(f"{p.name} is damaged" in " ".join(warnings) for p in damaged)
-        assert warnings[-1] == (f"resuming from {resumed_from}" if resumed_from else "no whole checkpoint left: training from scratch")
+        assert warnings[-1] == (
+            f"resuming from {resumed_from}" if resumed_from else "no whole checkpoint left: training from scratch"
+        )
         assert all((checkpoints / f"{p.name}.corrupt").exists() for p in damaged)
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds the file behind a descriptor through /proc")
-def test_disk_full_while_saving_a_checkpoint_fails_cleanly_and_keeps_the_previous_one(corpus, cache, reference, reliability, tmp_path, monkeypatch):
+def test_disk_full_while_saving_a_checkpoint_fails_cleanly_and_keeps_the_previous_one(
+    corpus, cache, reference, reliability, tmp_path, monkeypatch
+):
     """ENOSPC when the step-8 checkpoint is flushed to disk: the run is recorded failed with the reason, the step-4
     checkpoints are whole, no temporary file is left, and a rerun resumes from step 4 to the uninterrupted result."""
     expected, _ = reference(12)
@@ -441,7 +503,9 @@ def test_disk_full_while_saving_a_checkpoint_fails_cleanly_and_keeps_the_previou
             assert torch.load(path, weights_only=True)["global_step"] == 4
 
         again = train_run(run_config(corpus, cache), run_dir, progress=False)
-        assert again["status"] == "done" and again["attempts"] == 2 and "reason" not in {k for k, v in again.items() if v}
+        assert (
+            again["status"] == "done" and again["attempts"] == 2 and "reason" not in {k for k, v in again.items() if v}
+        )
         assert_same_results(again, expected)
     reliability.records(expected=1, found=int(again["status"] == "done"))
 
@@ -468,7 +532,9 @@ def test_wandb_online_with_no_server_trains_offline_at_once(corpus, cache, relia
     write_config(run_dir, config, {"row": "online"})
     env = child_env(WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{closed_port()}", WANDB_API_KEY="x" * 40)
     with reliability.fault("wandb server unreachable"):
-        result = subprocess.run(train_argv(run_dir), cwd=ROOT, env=no_proxy(env), capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            train_argv(run_dir), cwd=ROOT, env=no_proxy(env), capture_output=True, text=True, timeout=300
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         found = FALLBACK.search(result.stderr)
         assert found and "unreachable" in found.group(1), result.stderr[-3000:]
@@ -499,11 +565,19 @@ def test_wandb_online_with_a_silent_server_falls_back_after_the_init_timeout(rel
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)  # connections queue in the backlog and are never answered
-    env = child_env(WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{listener.getsockname()[1]}", WANDB_API_KEY="x" * 40)
+    env = child_env(
+        WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{listener.getsockname()[1]}", WANDB_API_KEY="x" * 40
+    )
     with reliability.fault("wandb server silent"):
         try:
-            result = subprocess.run([sys.executable, "-c", SILENT_SERVER, str(tmp_path)], cwd=ROOT, env=no_proxy(env),
-                                    capture_output=True, text=True, timeout=300)
+            result = subprocess.run(
+                [sys.executable, "-c", SILENT_SERVER, str(tmp_path)],
+                cwd=ROOT,
+                env=no_proxy(env),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         finally:
             listener.close()
         assert result.returncode == 0, result.stderr[-3000:]
@@ -513,8 +587,10 @@ def test_wandb_online_with_a_silent_server_falls_back_after_the_init_timeout(rel
         # init_timeout bounds the wait for the server; starting and stopping wandb's service adds a few seconds more
         # (much more on a loaded machine)
         assert INIT_TIMEOUT_SECONDS <= float(found.group(2)) < INIT_TIMEOUT_SECONDS + 30
-    reliability.note(f"wandb online, silent server: logging offline after {float(found.group(2)):.1f} s "
-                     f"(init_timeout {INIT_TIMEOUT_SECONDS:g} s)")
+    reliability.note(
+        f"wandb online, silent server: logging offline after {float(found.group(2)):.1f} s "
+        f"(init_timeout {INIT_TIMEOUT_SECONDS:g} s)"
+    )
 
 
 def no_proxy(env: dict[str, str]) -> dict[str, str]:
@@ -560,8 +636,14 @@ def test_concurrent_writers_never_corrupt_or_lose_a_record(tmp_path, reliability
     with reliability.fault("concurrent writers"):
         thread.start()
         try:
-            writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(shared), str(sweep / f"own-{w}"), str(w), str(count)],
-                                        cwd=ROOT, env=child_env()) for w in range(workers)]
+            writers = [
+                subprocess.Popen(
+                    [sys.executable, "-c", WRITER, str(shared), str(sweep / f"own-{w}"), str(w), str(count)],
+                    cwd=ROOT,
+                    env=child_env(),
+                )
+                for w in range(workers)
+            ]
             assert [p.wait(timeout=120) for p in writers] == [0] * workers
         finally:
             stop.set()
@@ -595,10 +677,21 @@ def unsafe_calls(path: Path) -> list[str]:
         where = f"{path.name}:{node.lineno} {name}"
         if isinstance(keywords.get("shell"), ast.Constant) and keywords["shell"].value is not False:
             found.append(f"{where}(shell=...)")
-        if name in ("os.system", "os.popen", "yaml.load", "yaml.unsafe_load", "yaml.full_load", "pickle.load", "pickle.loads",
-                    "subprocess.getoutput", "subprocess.getstatusoutput"):
+        if name in (
+            "os.system",
+            "os.popen",
+            "yaml.load",
+            "yaml.unsafe_load",
+            "yaml.full_load",
+            "pickle.load",
+            "pickle.loads",
+            "subprocess.getoutput",
+            "subprocess.getstatusoutput",
+        ):
             found.append(where)
-        if name == "torch.load" and not (isinstance(keywords.get("weights_only"), ast.Constant) and keywords["weights_only"].value is True):
+        if name == "torch.load" and not (
+            isinstance(keywords.get("weights_only"), ast.Constant) and keywords["weights_only"].value is True
+        ):
             found.append(f"{where} without weights_only=True")
     return found
 
@@ -608,8 +701,10 @@ def test_no_unsafe_loading_and_no_shell_in_the_code(tmp_path):
     assert [call for path in SOURCES for call in unsafe_calls(path)] == []
     # The scanner itself finds what it looks for.
     probe = tmp_path / "unsafe.py"
-    probe.write_text("import os, torch, subprocess, yaml\nsubprocess.run('ls', shell=True)\nos.system('ls')\n"
-                     "torch.load('x')\ntorch.load('x', weights_only=False)\nyaml.load('a')\n")
+    probe.write_text(
+        "import os, torch, subprocess, yaml\nsubprocess.run('ls', shell=True)\nos.system('ls')\n"
+        "torch.load('x')\ntorch.load('x', weights_only=False)\nyaml.load('a')\n"
+    )
     assert len(unsafe_calls(probe)) == 5
 
 
@@ -622,7 +717,11 @@ def test_unsafe_yaml_and_shell_metacharacters_are_inert(corpus, reliability, tmp
     with reliability.fault("unsafe YAML tag"):
         assert cli.main(["train", "--config", str(evil), "--print-config"]) == 2
         assert not marker.exists()
-    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(
+        processes,
+        "train_command",
+        lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)],
+    )
     monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"base": {}})
     out = tmp_path / f"runs; touch {marker} $(touch {marker}) `touch {marker}` '\""
@@ -636,10 +735,17 @@ def test_unsafe_yaml_and_shell_metacharacters_are_inert(corpus, reliability, tmp
 # Fuzzed input: configs, sweep files, corpora
 # --------------------------------------------------------------------------------------------------
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 ODD_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
 )
 VALID = run_config(Path("/nonexistent"), Path("/tmp")).to_dict()
 
@@ -655,7 +761,9 @@ def config_mutations(draw):
         document[section][field] = draw(ODD_VALUES)
         return document, field
     if kind == "unknown field":
-        field = draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10).filter(lambda f: f not in document[section]))
+        field = draw(
+            st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10).filter(lambda f: f not in document[section])
+        )
         document[section][field] = draw(ODD_VALUES)
         return document, field
     document[section] = draw(st.one_of(st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=2)))
@@ -679,17 +787,25 @@ def test_fuzzed_configs_are_accepted_or_rejected_naming_the_field(mutation, tmp_
     document, field = mutation
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"run_id": "x", "config": document}))
-    reliability.fuzz("config", lambda: rejects_cleanly(["train", "--config", str(path), "--print-config"], field, capsys))
+    reliability.fuzz(
+        "config", lambda: rejects_cleanly(["train", "--config", str(path), "--print-config"], field, capsys)
+    )
 
 
 @FUZZ
-@given(text=st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))), raw=st.binary(max_size=64))
+@given(
+    text=st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))),
+    raw=st.binary(max_size=64),
+)
 def test_fuzzed_config_files_never_end_in_a_traceback(text, raw, tmp_path, reliability, capsys):
     """Arbitrary text, and arbitrary bytes (invalid UTF-8 included), as a config file: a message naming the file."""
     path = tmp_path / "config.yaml"
     for content in (text.encode("utf-8", errors="surrogatepass"), raw):
         path.write_bytes(content)
-        reliability.fuzz("config file", lambda: rejects_cleanly(["train", "--config", str(path), "--print-config"], str(path), capsys))
+        reliability.fuzz(
+            "config file",
+            lambda: rejects_cleanly(["train", "--config", str(path), "--print-config"], str(path), capsys),
+        )
 
 
 SWEEP_KEYS = ["name", "seeds", "base", "rows", "description"]
@@ -701,7 +817,9 @@ def sweep_mutations(draw, corpus: Path, root: Path):
     """A valid sweep file (test_sweep's) with one thing changed, and the name the error must contain."""
     path = write_sweep(root, corpus, {"base": {}, "nopos": {"positional": "none"}})
     document = yaml.safe_load(path.read_text())
-    kind = draw(st.sampled_from(["top", "row", "override", "override value", "base value", "unknown top", "unknown row"]))
+    kind = draw(
+        st.sampled_from(["top", "row", "override", "override value", "base value", "unknown top", "unknown row"])
+    )
     if kind == "top":
         key = draw(st.sampled_from(SWEEP_KEYS))
         document[key] = draw(ODD_VALUES)
@@ -715,7 +833,11 @@ def sweep_mutations(draw, corpus: Path, root: Path):
         document["rows"][1]["overrides"][key] = draw(ODD_VALUES)
         name = key
     elif kind == "override value":
-        key = draw(st.sampled_from(["N", "d_model", "h", "d_k", "P_drop", "eps_ls", "positional", "train_steps", "train.warmup_steps"]))
+        key = draw(
+            st.sampled_from(
+                ["N", "d_model", "h", "d_k", "P_drop", "eps_ls", "positional", "train_steps", "train.warmup_steps"]
+            )
+        )
         document["rows"][1]["overrides"][key] = draw(ODD_VALUES)
         name = key.split(".")[-1]
     elif kind == "base value":
@@ -758,7 +880,8 @@ def corpus_files(draw):
     """Training source and target lines: ordinary, empty, over-long, with invalid UTF-8, and unequal in number."""
     line = st.one_of(
         st.sampled_from(["ta kat sav", "de Hund sieht", "a b c d", "x"]),
-        st.just(""), st.just("   "),
+        st.just(""),
+        st.just("   "),
         st.integers(1001, 3000).map(lambda n: "w" * n),
         st.binary(min_size=1, max_size=12),
     )
@@ -794,7 +917,9 @@ def test_fuzzed_corpora_give_clear_errors_or_counted_skips(tmp_path, reliability
             except CorpusError as error:
                 message = str(error)
                 assert "train" in message, message
-                decoded = [text.decode("utf-8", errors="strict") if _utf8(text) else None for text in (src_bytes, tgt_bytes)]
+                decoded = [
+                    text.decode("utf-8", errors="strict") if _utf8(text) else None for text in (src_bytes, tgt_bytes)
+                ]
                 if None in decoded:
                     assert "invalid UTF-8 at line" in message or "line counts differ" in message, message
                 elif len(src) != len(tgt):
@@ -803,12 +928,20 @@ def test_fuzzed_corpora_give_clear_errors_or_counted_skips(tmp_path, reliability
                     assert "no usable pairs" in message, message
                 return False
             # Accepted: every number in the report is what the files hold.
-            pairs = [(s if isinstance(s, str) else s.decode()).strip() for s in src], [(t if isinstance(t, str) else t.decode()).strip() for t in tgt]
+            pairs = (
+                [(s if isinstance(s, str) else s.decode()).strip() for s in src],
+                [(t if isinstance(t, str) else t.decode()).strip() for t in tgt],
+            )
             pairs = list(zip(*pairs))
             assert len(src) == len(tgt) and report.lines == len(pairs)
             assert report.empty_src == sum(not s for s, _ in pairs) and report.empty_tgt == sum(not t for _, t in pairs)
-            assert report.skipped_empty == sum(not s or not t for s, t in pairs) and report.kept == len(pairs) - report.skipped_empty
-            assert report.long_src == sum(len(s) > 1000 for s, _ in pairs) and report.long_tgt == sum(len(t) > 1000 for _, t in pairs)
+            assert (
+                report.skipped_empty == sum(not s or not t for s, t in pairs)
+                and report.kept == len(pairs) - report.skipped_empty
+            )
+            assert report.long_src == sum(len(s) > 1000 for s, _ in pairs) and report.long_tgt == sum(
+                len(t) > 1000 for _, t in pairs
+            )
             assert report.kept > 0
             return True
 

@@ -21,16 +21,16 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
+from test_sweep import write_sweep as write_test_sweep
 
 from ablations import cli
+from ablations.records import read_metrics
 from ablations.search import command
 from ablations.search.spec import load_search
 from ablations.search.study import PRUNED_EXIT, create_study, load_study, open_storage, storage_spec
 from ablations.search.trial import OptunaPruning, TrialPruned, optuna_callbacks_from_env
-from lightning_modules.data.generated import write_corpus
-from ablations.records import read_metrics
 from ablations.sweep import load_sweep, resolve, scales_for
-from test_sweep import write_sweep as write_test_sweep
+from lightning_modules.data.generated import write_corpus
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,10 @@ def fake_command(config_path: Path, run_dir: Path) -> list[str]:
 @pytest.fixture
 def fake_train(monkeypatch):
     monkeypatch.setattr(command, "train_command", fake_command)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        str(ROOT) + os.pathsep + str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     monkeypatch.setattr("ablations.launch.processes.visible_gpus", lambda: [])
 
 
@@ -99,8 +102,16 @@ PARAMS = {
 
 def write_search(root: Path, corpus: Path, name: str = "s", **fields) -> Path:
     sweep = write_sweep(root / "sweeps", corpus)
-    document = {"name": name, "sweep": sweep.name, "row": "base", "scale": "test", "metric": "dev_loss",
-                "budget": 4, "pruner": {"type": "median", "n_startup_trials": 1}, "params": PARAMS}
+    document = {
+        "name": name,
+        "sweep": sweep.name,
+        "row": "base",
+        "scale": "test",
+        "metric": "dev_loss",
+        "budget": 4,
+        "pruner": {"type": "median", "n_startup_trials": 1},
+        "params": PARAMS,
+    }
     document.update(fields)
     document = {k: v for k, v in document.items() if v is not None}
     path = root / "sweeps" / f"{name}.yaml"
@@ -133,7 +144,12 @@ def test_the_shipped_search_file_loads():
     assert (search.metric, search.direction, search.monitor, search.budget) == ("dev_bleu", "maximize", "dev/bleu", 8)
     assert [p.target for p in search.params] == ["train.warmup_steps", "train.lr_scale", "model.P_drop", "train.eps_ls"]
     config = search.config({"train.warmup_steps": 123, "train.lr_scale": 0.5, "P_drop": 0.05, "eps_ls": 0.0})
-    assert (config.train.warmup_steps, config.train.lr_scale, config.model.P_drop, config.train.eps_ls) == (123, 0.5, 0.05, 0.0)
+    assert (config.train.warmup_steps, config.train.lr_scale, config.model.P_drop, config.train.eps_ls) == (
+        123,
+        0.5,
+        0.05,
+        0.0,
+    )
     assert config.model.d_model == 64 and config.train.max_steps == 500  # the tiny scale still applies
     small = load_search(ROOT / "sweeps" / "search_tiny.yaml", scale="small", sets={"data.path": "/corpus"})
     assert small.scale.name == "small" and small.config({}).data.path == "/corpus"
@@ -143,29 +159,61 @@ def test_the_shipped_search_file_loads():
         load_search(ROOT / "sweeps" / "search_tiny.yaml", sets={"P_drop": 0.2})
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"colour": "red"}, "unknown key 'colour'"),
-    ({"params": {"train.warmup": {"type": "int", "low": 1, "high": 9}}}, "params.train.warmup: unknown field 'train.warmup'"),
-    ({"params": {"warmup_steps": {"type": "int", "low": 1, "high": 9}}}, "write it as train.warmup_steps"),
-    ({"params": {"P_drop": {"type": "float", "low": 0.3, "high": 0.3}}}, "params.P_drop: low = 0.3 must be below high = 0.3"),
-    ({"params": {"P_drop": {"type": "normal", "low": 0.0, "high": 0.3}}}, "params.P_drop.type = 'normal'"),
-    ({"params": {"P_drop": {"type": "float", "low": "0", "high": 0.3}}}, "params.P_drop.low = '0': expected a finite number"),
-    ({"params": {"train.warmup_steps": {"type": "int", "low": 1.5, "high": 9}}}, "params.train.warmup_steps.low = 1.5: expected an integer"),
-    ({"params": {"train.lr_scale": {"type": "float", "low": 0.0, "high": 1.0, "log": True}}}, "params.train.lr_scale.low = 0.0: expected a positive number with log"),
-    ({"params": {"eps_ls": {"type": "categorical", "choices": []}}}, "params.eps_ls.choices = []"),
-    ({"params": {"eps_ls": {"type": "categorical", "choices": [0.1, 0.1]}}}, "a choice appears twice"),
-    ({"params": {"P_drop": {"type": "float", "low": 0.0, "high": 1.0}}}, "params.P_drop = 1.0 gives an invalid run config"),
-    ({"params": {"P_drop": {"type": "float", "low": 0.0, "high": 0.5, "sigma": 1}}}, "params.P_drop: unknown key 'sigma'"),
-    ({"params": {"P_drop": {"type": "float", "low": 0, "high": 0.2}, "model.P_drop": {"type": "float", "low": 0, "high": 0.2}}}, "same config field (model.P_drop)"),
-    ({"params": {}}, "params = {}"),
-    ({"metric": "test_bleu"}, "metric = 'test_bleu'"),
-    ({"metric": "dev_loss", "direction": "maximize"}, "direction = 'maximize': expected 'minimize'"),
-    ({"row": "nope"}, "row: "),
-    ({"scale": "huge"}, "scale = 'huge': unknown"),
-    ({"budget": 0}, "budget = 0"),
-    ({"pruner": {"type": "hyperband"}}, "pruner.type = 'hyperband'"),
-    ({"sweep": "missing.yaml"}, "sweep = 'missing.yaml': no such file"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"colour": "red"}, "unknown key 'colour'"),
+        (
+            {"params": {"train.warmup": {"type": "int", "low": 1, "high": 9}}},
+            "params.train.warmup: unknown field 'train.warmup'",
+        ),
+        ({"params": {"warmup_steps": {"type": "int", "low": 1, "high": 9}}}, "write it as train.warmup_steps"),
+        (
+            {"params": {"P_drop": {"type": "float", "low": 0.3, "high": 0.3}}},
+            "params.P_drop: low = 0.3 must be below high = 0.3",
+        ),
+        ({"params": {"P_drop": {"type": "normal", "low": 0.0, "high": 0.3}}}, "params.P_drop.type = 'normal'"),
+        (
+            {"params": {"P_drop": {"type": "float", "low": "0", "high": 0.3}}},
+            "params.P_drop.low = '0': expected a finite number",
+        ),
+        (
+            {"params": {"train.warmup_steps": {"type": "int", "low": 1.5, "high": 9}}},
+            "params.train.warmup_steps.low = 1.5: expected an integer",
+        ),
+        (
+            {"params": {"train.lr_scale": {"type": "float", "low": 0.0, "high": 1.0, "log": True}}},
+            "params.train.lr_scale.low = 0.0: expected a positive number with log",
+        ),
+        ({"params": {"eps_ls": {"type": "categorical", "choices": []}}}, "params.eps_ls.choices = []"),
+        ({"params": {"eps_ls": {"type": "categorical", "choices": [0.1, 0.1]}}}, "a choice appears twice"),
+        (
+            {"params": {"P_drop": {"type": "float", "low": 0.0, "high": 1.0}}},
+            "params.P_drop = 1.0 gives an invalid run config",
+        ),
+        (
+            {"params": {"P_drop": {"type": "float", "low": 0.0, "high": 0.5, "sigma": 1}}},
+            "params.P_drop: unknown key 'sigma'",
+        ),
+        (
+            {
+                "params": {
+                    "P_drop": {"type": "float", "low": 0, "high": 0.2},
+                    "model.P_drop": {"type": "float", "low": 0, "high": 0.2},
+                }
+            },
+            "same config field (model.P_drop)",
+        ),
+        ({"params": {}}, "params = {}"),
+        ({"metric": "test_bleu"}, "metric = 'test_bleu'"),
+        ({"metric": "dev_loss", "direction": "maximize"}, "direction = 'maximize': expected 'minimize'"),
+        ({"row": "nope"}, "row: "),
+        ({"scale": "huge"}, "scale = 'huge': unknown"),
+        ({"budget": 0}, "budget = 0"),
+        ({"pruner": {"type": "hyperband"}}, "pruner.type = 'hyperband'"),
+        ({"sweep": "missing.yaml"}, "sweep = 'missing.yaml': no such file"),
+    ],
+)
 def test_bad_search_files_are_rejected_naming_the_field(corpus, tmp_path, fake_train, change, message):
     path = write_search(tmp_path, corpus, **change)
     with pytest.raises(ValueError) as error:
@@ -176,9 +224,13 @@ def test_bad_search_files_are_rejected_naming_the_field(corpus, tmp_path, fake_t
 
 def test_bad_command_lines_are_rejected_before_anything_runs(corpus, tmp_path, fake_train):
     path = write_search(tmp_path, corpus)
-    for kwargs, message in [({"sampler": "grid"}, "params.train.warmup_steps is of type int"),
-                            ({"storage": "nowhere"}, "--storage 'nowhere'"), ({"workers": 0}, "--workers 0"),
-                            ({"trials": 0}, "--trials 0"), ({"sampler": "cmaes"}, "--sampler 'cmaes'")]:
+    for kwargs, message in [
+        ({"sampler": "grid"}, "params.train.warmup_steps is of type int"),
+        ({"storage": "nowhere"}, "--storage 'nowhere'"),
+        ({"workers": 0}, "--workers 0"),
+        ({"trials": 0}, "--trials 0"),
+        ({"sampler": "cmaes"}, "--sampler 'cmaes'"),
+    ]:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             command.run_search(path, out=tmp_path / "out", **{"trials": 2, **kwargs})
     assert not (tmp_path / "out").exists()
@@ -196,14 +248,46 @@ def test_storage_strings():
 def test_the_cli_parser():
     parser = argparse.ArgumentParser(prog="ablate")
     cli.add_search_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["search", "sweeps/search_tiny.yaml", "--trials", "3", "--workers", "2",
-                              "--storage", "x.journal", "--sampler", "grid", "--scale", "tiny", "--out", "o",
-                              "--set", "train.max_steps=50", "--data", "/d"])
+    args = parser.parse_args(
+        [
+            "search",
+            "sweeps/search_tiny.yaml",
+            "--trials",
+            "3",
+            "--workers",
+            "2",
+            "--storage",
+            "x.journal",
+            "--sampler",
+            "grid",
+            "--scale",
+            "tiny",
+            "--out",
+            "o",
+            "--set",
+            "train.max_steps=50",
+            "--data",
+            "/d",
+        ]
+    )
     assert (args.search, args.trials, args.workers, args.storage, args.sampler, args.scale, args.out) == (
-        "sweeps/search_tiny.yaml", 3, 2, "x.journal", "grid", "tiny", "o")
+        "sweeps/search_tiny.yaml",
+        3,
+        2,
+        "x.journal",
+        "grid",
+        "tiny",
+        "o",
+    )
     assert args.handler is cli.cmd_search and args.set == ["train.max_steps=50"] and args.data == "/d"
     defaults = parser.parse_args(["search", "f.yaml"])
-    assert (defaults.trials, defaults.workers, defaults.storage, defaults.sampler, defaults.out) == (None, 1, None, "tpe", "runs/search")
+    assert (defaults.trials, defaults.workers, defaults.storage, defaults.sampler, defaults.out) == (
+        None,
+        1,
+        None,
+        "tpe",
+        "runs/search",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,13 +359,26 @@ def test_a_pruned_trial_is_recorded_pruned(corpus, tmp_path, fake_train, monkeyp
     """Grid over eps_ls [0.0, 0.2]: trial 0 completes, trial 1 reports worse values and is pruned at step 1."""
     monkeypatch.setenv("FAKE_BEHAVIOUR", "report")
     name = f"s{os.getpid()}_{int(time.time())}" if storage == "postgres" else "s"
-    url = {"sqlite": None, "journal": str(tmp_path / "s.journal"), "postgres": os.environ.get("ABLATE_TEST_POSTGRES_URL")}[storage]
+    url = {
+        "sqlite": None,
+        "journal": str(tmp_path / "s.journal"),
+        "postgres": os.environ.get("ABLATE_TEST_POSTGRES_URL"),
+    }[storage]
     if storage == "postgres" and not url:
         pytest.skip("set ABLATE_TEST_POSTGRES_URL (e.g. from .ci/postgres.sh) to run against PostgreSQL")
-    path = write_search(tmp_path, corpus, name=name, params={"eps_ls": {"type": "categorical", "choices": [0.0, 0.2]},
-                                                             "positional": {"type": "categorical", "choices": ["sinusoidal"]}})
+    path = write_search(
+        tmp_path,
+        corpus,
+        name=name,
+        params={
+            "eps_ls": {"type": "categorical", "choices": [0.0, 0.2]},
+            "positional": {"type": "categorical", "choices": ["sinusoidal"]},
+        },
+    )
     out = tmp_path / "out"
-    assert command.run_search(path, trials=5, out=out, sampler="grid", storage=url) == 0  # the grid has 2 points: 2 trials
+    assert (
+        command.run_search(path, trials=5, out=out, sampler="grid", storage=url) == 0
+    )  # the grid has 2 points: 2 trials
     trials = sorted(trials_of(storage_spec(url, out, name), name), key=lambda t: t.number)
     check_exact(trials, 2)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
@@ -289,7 +386,9 @@ def test_a_pruned_trial_is_recorded_pruned(corpus, tmp_path, fake_train, monkeyp
     assert trials[0].intermediate_values == pytest.approx({1: 2.0002, 2: 1.5002, 3: 1.3335}, abs=1e-3)
     assert list(trials[1].intermediate_values) == [1]  # stopped at the first report
     record = read_metrics(Path(trials[1].user_attrs["run_dir"]))
-    assert record["status"] == "failed" and record["pruned"] is True and "pruned by optuna at step 1" in record["reason"]
+    assert (
+        record["status"] == "failed" and record["pruned"] is True and "pruned by optuna at step 1" in record["reason"]
+    )
     assert "pruned by optuna at step 1" in trials[1].user_attrs["reason"]
     assert load_sweep(out / f"{name}_best.yaml").base["eps_ls"] == 0.0
     if storage == "postgres":
@@ -339,8 +438,13 @@ def test_the_lightning_callback_reports_at_the_global_step_and_stops_a_pruned_tr
     def trainer(step, value, sanity=False):
         import torch
 
-        return SimpleNamespace(sanity_checking=sanity, is_global_zero=True, global_step=step, strategy=strategy,
-                               callback_metrics={} if value is None else {"dev/loss": torch.tensor(value)})
+        return SimpleNamespace(
+            sanity_checking=sanity,
+            is_global_zero=True,
+            global_step=step,
+            strategy=strategy,
+            callback_metrics={} if value is None else {"dev/loss": torch.tensor(value)},
+        )
 
     callback.on_validation_end(trainer(0, 9.0, sanity=True), None)  # sanity check: nothing reported
     callback.on_validation_end(trainer(5, 3.0), None)  # no other trial reported at step 5: kept
@@ -358,13 +462,19 @@ def test_the_lightning_callback_reports_at_the_global_step_and_stops_a_pruned_tr
 # Real training, PostgreSQL
 # --------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_real_search_of_two_trials_one_pruned(corpus, tmp_path, monkeypatch, capsys):
     """Real training (5 steps, validation at step 3): a grid of lr_scale 1.0 then 0.01; the second trial learns
     almost nothing by step 3, worse than the first there, and the median pruner stops it (exit 77)."""
     monkeypatch.setattr("ablations.launch.processes.visible_gpus", lambda: [])
-    path = write_search(tmp_path, corpus, name="real", metric="dev_loss",
-                        params={"train.lr_scale": {"type": "categorical", "choices": [1.0, 0.01]}})
+    path = write_search(
+        tmp_path,
+        corpus,
+        name="real",
+        metric="dev_loss",
+        params={"train.lr_scale": {"type": "categorical", "choices": [1.0, 0.01]}},
+    )
     out = tmp_path / "out"
     started = time.time()
     assert command.run_search(path, trials=2, out=out, sampler="grid") == 0
@@ -375,13 +485,18 @@ def test_a_real_search_of_two_trials_one_pruned(corpus, tmp_path, monkeypatch, c
     done = read_metrics(Path(trials[0].user_attrs["run_dir"]))
     assert done["status"] == "done" and done["steps"] == 5 and done["dev_loss"] == pytest.approx(trials[0].value)
     assert 3 in trials[0].intermediate_values  # reported at the validation of step 3
-    assert list(trials[1].intermediate_values) == [3] and trials[1].intermediate_values[3] > trials[0].intermediate_values[3]
+    assert (
+        list(trials[1].intermediate_values) == [3]
+        and trials[1].intermediate_values[3] > trials[0].intermediate_values[3]
+    )
     pruned = read_metrics(Path(trials[1].user_attrs["run_dir"]))
     assert pruned["status"] == "failed" and pruned["pruned"] and "pruned by optuna at step 3" in pruned["reason"]
     assert not (Path(trials[1].user_attrs["run_dir"]) / "test.hyp").exists()  # stopped before the final evaluation
     check_best_sweep(out / "real_best.yaml", load_search(path), trials[0])
-    print(f"\n2 real trials: {elapsed:.1f} s; intermediate values {[t.intermediate_values for t in trials]}; "
-          f"final {trials[0].value:.4f}")
+    print(
+        f"\n2 real trials: {elapsed:.1f} s; intermediate values {[t.intermediate_values for t in trials]}; "
+        f"final {trials[0].value:.4f}"
+    )
 
 
 @pytest.mark.postgres

@@ -9,7 +9,15 @@ import pytest
 from scipy import stats as scipy_stats
 
 from ablations.report.stats import (
-    PaperEffect, PairedDelta, RowEvidence, holm, judge, paired_delta, paper_effect, rank_correlation, tost_p,
+    PairedDelta,
+    PaperEffect,
+    RowEvidence,
+    holm,
+    judge,
+    paired_delta,
+    paper_effect,
+    rank_correlation,
+    tost_p,
 )
 from ablations.sweep import load_sweep
 
@@ -27,7 +35,9 @@ def test_the_paired_interval_is_scipys_one_sample_t_interval_of_the_differences(
     assert delta.mean == pytest.approx(sum(diffs) / 4)
     assert delta.ci == pytest.approx((lo, hi))
     assert delta.p_value == pytest.approx(test.pvalue)
-    assert delta.p_value == pytest.approx(scipy_stats.ttest_rel([row[s] for s in range(4)], [base[s] for s in range(4)]).pvalue)
+    assert delta.p_value == pytest.approx(
+        scipy_stats.ttest_rel([row[s] for s in range(4)], [base[s] for s in range(4)]).pvalue
+    )
 
 
 def test_one_seed_has_no_interval_and_is_never_evidence():
@@ -58,8 +68,11 @@ def test_tost_agrees_with_two_one_sided_scipy_tests():
 def test_the_papers_large_effects_are_the_ten_rows_the_issue_names():
     sweep = load_sweep(ROOT / "sweeps" / "table3.yaml")
     base = sweep.row("base").paper
-    effects = {r.id: paper_effect({"bleu": r.paper.bleu, "ppl": r.paper.ppl}, {"bleu": base.bleu, "ppl": base.ppl})
-               for r in sweep.rows if r.id != "base"}
+    effects = {
+        r.id: paper_effect({"bleu": r.paper.bleu, "ppl": r.paper.ppl}, {"bleu": base.bleu, "ppl": base.ppl})
+        for r in sweep.rows
+        if r.id != "base"
+    }
     large = sorted(row for row, effect in effects.items() if effect.large)
     assert large == sorted(["A1", "B1", "C1", "C2", "C4", "C5", "D1", "D3", "D4", "big"])
     assert effects["B1"].judged_on == "bleu"  # its PPL effect (+0.24) is small
@@ -69,8 +82,12 @@ def test_the_papers_large_effects_are_the_ten_rows_the_issue_names():
 
 def _evidence(row_id, effect, bleu_diffs, ppl_diffs):
     seeds = range(len(bleu_diffs))
-    return RowEvidence(row_id, effect, paired_delta({s: d for s, d in zip(seeds, bleu_diffs)}, {s: 0.0 for s in seeds}),
-                       paired_delta({s: d for s, d in zip(seeds, ppl_diffs)}, {s: 0.0 for s in seeds}))
+    return RowEvidence(
+        row_id,
+        effect,
+        paired_delta({s: d for s, d in zip(seeds, bleu_diffs)}, {s: 0.0 for s in seeds}),
+        paired_delta({s: d for s, d in zip(seeds, ppl_diffs)}, {s: 0.0 for s in seeds}),
+    )
 
 
 def test_verdicts_for_agreeing_disagreeing_equivalent_differing_and_unresolved_rows():
@@ -88,8 +105,13 @@ def test_verdicts_for_agreeing_disagreeing_equivalent_differing_and_unresolved_r
     ]
     verdicts = judge(rows, base_ppl=5.0)
     assert {k: v.verdict for k, v in verdicts.items()} == {
-        "C1": "agrees", "big": "disagrees", "D1": "unresolved", "E": "equivalent", "A2": "differs",
-        "A3": "unresolved"}
+        "C1": "agrees",
+        "big": "disagrees",
+        "D1": "unresolved",
+        "E": "equivalent",
+        "A2": "differs",
+        "A3": "unresolved",
+    }
     assert verdicts["C1"].judged_on == "ppl" and verdicts["C1"].p_holm < 0.05
     assert verdicts["E"].p_equivalence < 0.05
 
@@ -101,8 +123,9 @@ def test_holm_can_leave_a_row_unresolved_that_alone_would_pass():
     marginal = _evidence("C2", PaperEffect(-0.5, 0.27), [0, 0, 0], [0.1, 0.5, 0.2])
     clear = _evidence("C1", effect, [0, 0, 0], [1.0, 1.01, 0.99])
     alone = judge([marginal], base_ppl=5.0)["C2"]
-    together = judge([marginal, clear] + [_evidence(f"R{i}", effect, [0, 0, 0], [0.1, 0.5, 0.2]) for i in range(5)],
-                     base_ppl=5.0)["C2"]
+    together = judge(
+        [marginal, clear] + [_evidence(f"R{i}", effect, [0, 0, 0], [0.1, 0.5, 0.2]) for i in range(5)], base_ppl=5.0
+    )["C2"]
     assert alone.p_holm == pytest.approx(paired_delta({0: 0.1, 1: 0.5, 2: 0.2}, {0: 0, 1: 0, 2: 0}).p_value)
     assert together.p_holm > alone.p_holm
 

@@ -19,16 +19,26 @@ import yaml
 
 from ablations import cli
 from ablations.launch import local, plan, processes
-from lightning_modules.data.generated import write_corpus
 from ablations.records import RunLock, folder_status, read_config, read_metrics, update_metrics
 from ablations.sweep import expand, load_sweep, scales_for
+from lightning_modules.data.generated import write_corpus
 from lightning_modules.flops import parameter_count, training_flops
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 ROOT = Path(__file__).resolve().parent.parent
 
-PAPER_BASE = {"N": 1, "d_model": 512, "d_ff": 2048, "h": 8, "d_k": 64, "d_v": 64, "P_drop": 0.1, "eps_ls": 0.1,
-              "positional": "sinusoidal", "train_steps": 100000}
+PAPER_BASE = {
+    "N": 1,
+    "d_model": 512,
+    "d_ff": 2048,
+    "h": 8,
+    "d_k": 64,
+    "d_v": 64,
+    "P_drop": 0.1,
+    "eps_ls": 0.1,
+    "positional": "sinusoidal",
+    "train_steps": 100000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +49,33 @@ def corpus(tmp_path_factory) -> Path:
 def write_sweep(root: Path, corpus: Path, rows: dict[str, dict], seeds=(0,)) -> Path:
     """A sweep file and a `test` scale beside it: width / 16 (d_model 32, d_k 4), 100000 x 0.00005 = 5 steps."""
     root.mkdir(parents=True, exist_ok=True)
-    scales = {"test": {
-        "description": "seconds per run",
-        "width_divisor": 16,
-        "steps_scale": 0.00005,
-        "settings": {
-            "data.dataset": "dir", "data.path": str(corpus), "data.vocab_size": 96, "data.batch_tokens": 512,
-            "data.max_tokens": 64, "data.cache_dir": str(root / "cache"),
-            "train.warmup_steps": 2, "train.val_every_steps": 3, "train.checkpoint_every_steps": 3,
-            "eval.dev_bleu_sentences": 8, "model.max_positions": 128,
-        },
-    }}
+    scales = {
+        "test": {
+            "description": "seconds per run",
+            "width_divisor": 16,
+            "steps_scale": 0.00005,
+            "settings": {
+                "data.dataset": "dir",
+                "data.path": str(corpus),
+                "data.vocab_size": 96,
+                "data.batch_tokens": 512,
+                "data.max_tokens": 64,
+                "data.cache_dir": str(root / "cache"),
+                "train.warmup_steps": 2,
+                "train.val_every_steps": 3,
+                "train.checkpoint_every_steps": 3,
+                "eval.dev_bleu_sentences": 8,
+                "model.max_positions": 128,
+            },
+        }
+    }
     (root / "scales.yaml").write_text(yaml.safe_dump(scales))
-    sweep = {"name": "test", "seeds": list(seeds), "base": PAPER_BASE,
-             "rows": [{"id": row, "group": row, "overrides": overrides} for row, overrides in rows.items()]}
+    sweep = {
+        "name": "test",
+        "seeds": list(seeds),
+        "base": PAPER_BASE,
+        "rows": [{"id": row, "group": row, "overrides": overrides} for row, overrides in rows.items()],
+    }
     path = root / "test.yaml"
     path.write_text(yaml.safe_dump(sweep, sort_keys=False))
     return path
@@ -92,7 +115,11 @@ update_metrics(run_dir, status="done", dev_ppl=1.0)
 
 @pytest.fixture
 def fake_train(monkeypatch):
-    monkeypatch.setattr(processes, "train_command", lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)])
+    monkeypatch.setattr(
+        processes,
+        "train_command",
+        lambda config, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(config), str(run_dir)],
+    )
     monkeypatch.setattr(processes, "visible_gpus", lambda: [])
 
 
@@ -102,7 +129,11 @@ def sweep_args(path: Path, out: Path, *extra: str) -> list[str]:
 
 def folders(out: Path) -> dict[str, Path]:
     """Run folders under out by `<row>-s<seed>`."""
-    return {p.name.rsplit("-", 1)[0]: p for p in (out / "test" / "test").iterdir()} if (out / "test" / "test").exists() else {}
+    return (
+        {p.name.rsplit("-", 1)[0]: p for p in (out / "test" / "test").iterdir()}
+        if (out / "test" / "test").exists()
+        else {}
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -112,8 +143,16 @@ def folders(out: Path) -> dict[str, Path]:
 
 def test_the_shipped_sweep_files_load():
     grid = load_sweep(ROOT / "sweeps" / "positional_norm.yaml")
-    assert [r.id for r in grid.rows] == ["sin-post", "sin-pre", "learned-post", "learned-pre", "rope-post", "rope-pre",
-                                         "none-post", "none-pre"]
+    assert [r.id for r in grid.rows] == [
+        "sin-post",
+        "sin-pre",
+        "learned-post",
+        "learned-pre",
+        "rope-post",
+        "rope-pre",
+        "none-post",
+        "none-pre",
+    ]
     assert grid.seeds == (0, 1) and {r.group for r in grid.rows} == {"sinusoidal", "learned", "rope", "none"}
     assert all(r.paper.ppl is None and r.paper.bleu is None and r.paper.params_m is None for r in grid.rows)
     table3 = load_sweep(ROOT / "sweeps" / "table3.yaml")
@@ -176,8 +215,12 @@ def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):
 
 
 def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
-    path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}},
-                       seeds=(0, 1))
+    path = write_sweep(
+        tmp_path,
+        corpus,
+        {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}},
+        seeds=(0, 1),
+    )
     out = tmp_path / "runs"
     specs = plan.plan(path, "test", out=out)
     done, busy, stale = specs[0].dir, specs[1].dir, specs[2].dir
@@ -217,7 +260,11 @@ def test_runs_two_at_a_time_then_skips_finished_runs(corpus, tmp_path, fake_trai
     cores = processes.available_cores()
     for child in children.values():
         env = child["env"]
-        assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(min(max(1, len(cores) // 2), int(os.environ.get("OMP_NUM_THREADS", "99"))))
+        assert (
+            env["OMP_NUM_THREADS"]
+            == env["MKL_NUM_THREADS"]
+            == str(min(max(1, len(cores) // 2), int(os.environ.get("OMP_NUM_THREADS", "99"))))
+        )
         assert env["WANDB_MODE"] == os.environ["WANDB_MODE"] and env["CUDA_VISIBLE_DEVICES"] is None
         assert child["affinity"] == [int(c) for c in env["ABLATE_CPUS"].split(",")]
     # never more than two at once
@@ -308,7 +355,9 @@ def test_a_run_locked_elsewhere_is_skipped(corpus, tmp_path, fake_train, capsys)
         assert read_metrics(folders(out)["nopos-s0"])["status"] == "done"
         assert "running elsewhere" in capsys.readouterr().out
         # `ablate train` on the same folder refuses too
-        assert cli.main(["train", "--config", str(folders(out)["nopos-s0"] / "config.yaml"), "--run-dir", str(busy)]) == 2
+        assert (
+            cli.main(["train", "--config", str(folders(out)["nopos-s0"] / "config.yaml"), "--run-dir", str(busy)]) == 2
+        )
         assert "being trained elsewhere" in capsys.readouterr().err
     assert cli.main(sweep_args(path, out)) == 0  # released: now it runs
     assert read_metrics(busy)["status"] == "done"
@@ -396,12 +445,18 @@ def test_cli_rejects_bad_selections(corpus, tmp_path, capsys):
 def test_train_run_records_an_exception(corpus, tmp_path):
     from ablations.train import train_run
 
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}})
+    path = write_sweep(
+        tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": str(tmp_path / "nonexistent")}}
+    )
     (spec,) = expand(load_sweep(path), scales_for(path)["test"])
     with pytest.raises(ValueError, match="does not exist"):
         train_run(spec.config, tmp_path / "run", {"row": "broken"}, progress=False)
     record = read_metrics(tmp_path / "run")
-    assert record["status"] == "failed" and record["reason"].startswith("CorpusError: ") and "does not exist" in record["reason"]
+    assert (
+        record["status"] == "failed"
+        and record["reason"].startswith("CorpusError: ")
+        and "does not exist" in record["reason"]
+    )
     assert record["log_tail"][0].startswith("Traceback") or any("Traceback" in line for line in record["log_tail"])
     assert "CorpusError" in record["log_tail"][-1] and record["attempts"] == 1
 
@@ -409,7 +464,11 @@ def test_train_run_records_an_exception(corpus, tmp_path):
 @pytest.mark.slow
 def test_a_real_sweep_finishes_records_a_crash_and_skips_finished_runs(corpus, tmp_path, capsys):
     """Real `ablate train` processes: two rows train to `done` with 2 workers while a third crashes in training."""
-    path = write_sweep(tmp_path, corpus, {"broken": {"data.dataset": "dir", "data.path": "/nonexistent"}, "base": {}, "nopos": {"positional": "none"}})
+    path = write_sweep(
+        tmp_path,
+        corpus,
+        {"broken": {"data.dataset": "dir", "data.path": "/nonexistent"}, "base": {}, "nopos": {"positional": "none"}},
+    )
     out = tmp_path / "runs"
     assert cli.main(sweep_args(path, out, "--workers", "2")) == 1  # not all done: exit code 1
     runs = folders(out)
@@ -421,7 +480,9 @@ def test_a_real_sweep_finishes_records_a_crash_and_skips_finished_runs(corpus, t
         assert '"status": "done"' in (runs[name] / "train.log").read_text()
     broken = read_metrics(runs["broken-s0"])
     assert broken["status"] == "failed" and broken["exit"] == "exit code 2"
-    assert broken["reason"].startswith("CorpusError: data.path = '/nonexistent'") and broken["reason"].endswith("(exit code 2)")
+    assert broken["reason"].startswith("CorpusError: data.path = '/nonexistent'") and broken["reason"].endswith(
+        "(exit code 2)"
+    )
     assert any("CorpusError" in line for line in broken["log_tail"])
     assert "does not exist" in (runs["broken-s0"] / "train.log").read_text()
     assert "failed: broken-s0" in capsys.readouterr().out

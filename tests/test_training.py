@@ -13,14 +13,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablations.records import read_config, read_metrics
 from ablations.provenance import code_commit
+from ablations.records import read_config, read_metrics
 from ablations.train import train_run
+from lightning_modules.beam_search import greedy_search
 from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
 from lightning_modules.config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig
 from lightning_modules.data.generated import write_corpus
 from lightning_modules.module import TranslationModule, inverse_sqrt_lr, label_smoothed_loss, learning_rate
-from lightning_modules.beam_search import greedy_search
 from lightning_modules.transformer import Transformer
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -77,7 +77,9 @@ def test_the_cooldown_falls_linearly_to_zero_over_the_last_fraction():
     for step in (1, 50, 100, 500, 800):  # warm-up and the paper's decay untouched before the cool-down
         assert learning_rate(step, 64, train) == learning_rate(step, 64, paper) == inverse_sqrt_lr(step, 64, 100, 0.5)
     for step in (801, 900, 1000):
-        assert learning_rate(step, 64, train) == pytest.approx(inverse_sqrt_lr(step, 64, 100, 0.5) * (1001 - step) / 200)
+        assert learning_rate(step, 64, train) == pytest.approx(
+            inverse_sqrt_lr(step, 64, 100, 0.5) * (1001 - step) / 200
+        )
     assert learning_rate(1000, 64, train) < 0.01 * learning_rate(800, 64, train)  # the last step is nearly annealed
     assert learning_rate(1001, 64, train) == 0.0
 
@@ -101,7 +103,9 @@ def test_smoothed_loss_equals_a_direct_computation():
     assert loss.item() == pytest.approx(expected_loss, rel=1e-5)
     assert nll.item() == pytest.approx(expected_nll, rel=1e-5)
     # and it agrees with PyTorch's own label smoothing, which spreads eps the same way
-    torch_loss = F.cross_entropy(logits.view(-1, V), target.view(-1), ignore_index=pad, label_smoothing=eps, reduction="sum")
+    torch_loss = F.cross_entropy(
+        logits.view(-1, V), target.view(-1), ignore_index=pad, label_smoothing=eps, reduction="sum"
+    )
     assert loss.item() == pytest.approx(torch_loss.item(), rel=1e-5)
 
 
@@ -185,8 +189,22 @@ def test_a_run_leaves_its_records(corpus, tmp_path):
     config = tiny_run_config(str(corpus), str(tmp_path / "cache"))
     run_dir = tmp_path / "run"
     metrics = train_run(config, run_dir, {"sweep": "test", "row": "base"}, progress=False)
-    required = ("dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "dev_bleu_tok", "test_bleu_tok", "sacrebleu_signature",
-                "params", "steps", "train_tokens", "wall_seconds", "train_tokens_per_second", "seed", "status")
+    required = (
+        "dev_loss",
+        "dev_ppl",
+        "dev_bleu",
+        "test_bleu",
+        "dev_bleu_tok",
+        "test_bleu_tok",
+        "sacrebleu_signature",
+        "params",
+        "steps",
+        "train_tokens",
+        "wall_seconds",
+        "train_tokens_per_second",
+        "seed",
+        "status",
+    )
     assert all(metrics.get(k) is not None for k in required), {k: metrics.get(k) for k in required}
     assert metrics["status"] == "done" and metrics["steps"] == 6 and metrics["averaged_checkpoints"] == 2
     assert math.exp(metrics["dev_loss"]) == pytest.approx(metrics["dev_ppl"])

@@ -16,13 +16,13 @@ from lightning_modules import decoding_cache, native, transformer
 from lightning_modules.beam_search import beam_search
 from lightning_modules.config import FFN, NORM, NORM_PLACEMENT, POSITIONAL, ModelConfig
 from lightning_modules.decoding_cache import DecoderCache
-from lightning_modules.positional import apply_rope, rope_tables, sinusoids
 from lightning_modules.flops import count_parameters
+from lightning_modules.positional import apply_rope, rope_tables, sinusoids
 from lightning_modules.transformer import (
-    explicit_attention,
     MultiHeadAttention,
     Residual,
     Transformer,
+    explicit_attention,
 )
 
 PAD = 0
@@ -73,7 +73,7 @@ def reference_attention(mha: MultiHeadAttention, x: torch.Tensor, mem: torch.Ten
 
     key_ok [B, L] (True = attend) or None; group(i) -> kv head used by query head i.
     """
-    h, g, d_k, d_v = mha.h, mha.g, mha.d_k, mha.d_v
+    h, d_k, d_v = mha.h, mha.d_k, mha.d_v
     group = group or (lambda i: i)
     Wq, bq = mha.q_proj.weight, mha.q_proj.bias
     Wk, bk = mha.k_proj.weight, mha.k_proj.bias
@@ -287,8 +287,11 @@ def test_cache_is_filled_once_per_source_and_grows_per_step():
         assert close(model.decode(tgt[:, 9:10], memory, mask, cache), full[:, 9:10])
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(kv_heads=2, positional="rope", norm_placement="pre"),
-                                       dict(positional="learned", d_k=6, d_v=3)], ids=["paper", "gqa-rope-pre", "learned-dkdv"])
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(), dict(kv_heads=2, positional="rope", norm_placement="pre"), dict(positional="learned", d_k=6, d_v=3)],
+    ids=["paper", "gqa-rope-pre", "learned-dkdv"],
+)
 @pytest.mark.parametrize("kernel", ["sdpa", "explicit", "native"])
 def test_beam_cache_equals_decoding_each_beam_history(overrides, kernel, monkeypatch, request):
     """Beam search's use of the cache: K rows per source, beams reordered every step (parents repeat and vanish),
@@ -354,7 +357,9 @@ def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped, native_k
     G = 2 if grouped else H
     q = torch.randn(B * K, H, d_k, generator=g)
     buffer_k, buffer_v = torch.randn(B, L + 4, K, G, d_k, generator=g), torch.randn(B, L + 4, K, G, d_v, generator=g)
-    k, v = (buffer[:, :L].flatten(1, 2).transpose(1, 2) for buffer in (buffer_k, buffer_v))  # [B, G, L*K, d], as the cache
+    k, v = (
+        buffer[:, :L].flatten(1, 2).transpose(1, 2) for buffer in (buffer_k, buffer_v)
+    )  # [B, G, L*K, d], as the cache
     origin = torch.randint(0, K, (B, K, L), generator=g)
     assert close(native.decode_attention(q, k, v, origin, None), reference_step_attention(q, k, v, origin, None), 1e-5)
 
@@ -369,12 +374,18 @@ def test_native_step_attention_equals_masked_sdpa(d_k, d_v, K, grouped, native_k
 def test_native_step_attention_splits_sources_across_threads(native_kernels):
     g = torch.Generator().manual_seed(4)
     B, K, H, L = 5, 4, 4, 6
-    q, k, v = torch.randn(B * K, H, 16, generator=g), torch.randn(B, H, L * K, 16, generator=g), torch.randn(B, H, L * K, 16, generator=g)
+    q, k, v = (
+        torch.randn(B * K, H, 16, generator=g),
+        torch.randn(B, H, L * K, 16, generator=g),
+        torch.randn(B, H, L * K, 16, generator=g),
+    )
     origin = torch.randint(0, K, (B, K, L), generator=g)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        assert close(native.decode_attention(q, k, v, origin, None), reference_step_attention(q, k, v, origin, None), 1e-5)
+        assert close(
+            native.decode_attention(q, k, v, origin, None), reference_step_attention(q, k, v, origin, None), 1e-5
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -483,7 +494,9 @@ def test_explicit_attention_equals_sdpa(case):
     if mask is not None:
         mask[:, ..., 0] = True  # every query sees a key
     causal = case == "causal"
-    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=G != H)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=G != H
+    )
     assert close(explicit_attention(q, k, v, mask, causal, 0.0), want, tol=1e-6)
 
 
@@ -492,7 +505,9 @@ def test_bf16_autocast_on_cpu_takes_the_explicit_path_and_stays_close(monkeypatc
     src, tgt = ragged_src(), tokens(3, 7, seed=8)
     with torch.no_grad():
         want = model.eval()(src, tgt)
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: pytest.fail("SDPA in bf16 on CPU"))
+    monkeypatch.setattr(
+        torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: pytest.fail("SDPA in bf16 on CPU")
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = model(src, tgt)
         model.train()(src, tgt).float().sum().backward()
@@ -594,8 +609,17 @@ VARIANTS = list(itertools.product(POSITIONAL, NORM_PLACEMENT, NORM, FFN, (None, 
 )
 def test_forward_backward_every_variant(positional, norm_placement, norm, ffn, kv_heads):
     torch.manual_seed(0)
-    cfg = tiny(positional=positional, norm_placement=norm_placement, norm=norm, ffn=ffn, kv_heads=kv_heads,
-               P_drop=0.1, attention_dropout=0.1, activation_dropout=0.1, N=1)
+    cfg = tiny(
+        positional=positional,
+        norm_placement=norm_placement,
+        norm=norm,
+        ffn=ffn,
+        kv_heads=kv_heads,
+        P_drop=0.1,
+        attention_dropout=0.1,
+        activation_dropout=0.1,
+        N=1,
+    )
     model = Transformer(cfg, VOCAB, PAD).train()
     src, tgt = ragged_src(), tokens(3, 5)
     logits = model(src, tgt)
@@ -708,10 +732,17 @@ def test_base_model_counts_about_63_1_million():
 
 # Table 3 rows with a printed count: (N, d_model, d_ff, h, d_k, d_v, params ×10⁶).
 TABLE3 = {
-    "base": (6, 512, 2048, 8, 64, 64, 65), "B1": (6, 512, 2048, 8, 16, 64, 58), "B2": (6, 512, 2048, 8, 32, 64, 60),
-    "C1": (2, 512, 2048, 8, 64, 64, 36), "C2": (4, 512, 2048, 8, 64, 64, 50), "C3": (8, 512, 2048, 8, 64, 64, 80),
-    "C4": (6, 256, 2048, 8, 32, 32, 28), "C5": (6, 1024, 2048, 8, 128, 128, 168),
-    "C6": (6, 512, 1024, 8, 64, 64, 53), "C7": (6, 512, 4096, 8, 64, 64, 90), "big": (6, 1024, 4096, 16, 64, 64, 213),
+    "base": (6, 512, 2048, 8, 64, 64, 65),
+    "B1": (6, 512, 2048, 8, 16, 64, 58),
+    "B2": (6, 512, 2048, 8, 32, 64, 60),
+    "C1": (2, 512, 2048, 8, 64, 64, 36),
+    "C2": (4, 512, 2048, 8, 64, 64, 50),
+    "C3": (8, 512, 2048, 8, 64, 64, 80),
+    "C4": (6, 256, 2048, 8, 32, 32, 28),
+    "C5": (6, 1024, 2048, 8, 128, 128, 168),
+    "C6": (6, 512, 1024, 8, 64, 64, 53),
+    "C7": (6, 512, 4096, 8, 64, 64, 90),
+    "big": (6, 1024, 4096, 16, 64, 64, 213),
 }
 
 

@@ -32,8 +32,9 @@ def digest(root: Path) -> dict[str, str]:
 
 def ablate(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "ABLATE_CACHE": str(cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "ablations.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ablations.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_data_switches_a_generating_scale_to_the_users_corpus(tmp_path):
@@ -53,13 +54,47 @@ def test_every_command_that_reads_a_users_corpus_leaves_it_byte_identical(tmp_pa
     corpus = user_corpus(tmp_path / "mycorpus")
     before = digest(corpus)
     cache, runs = tmp_path / "cache", tmp_path / "runs"
-    common = ["--data", str(corpus), "--set", "data.vocab_size=48", "--set", "train.max_steps=2",
-              "--set", "eval.dev_bleu_sentences=4"]
-    out = ablate("sweep", str(TABLE3), "--scale", "tiny", "--rows", "base", "--seeds", "1", "--dry-run",
-                 "--out", str(runs), *common, cwd=tmp_path, cache=cache)
+    common = [
+        "--data",
+        str(corpus),
+        "--set",
+        "data.vocab_size=48",
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "eval.dev_bleu_sentences=4",
+    ]
+    out = ablate(
+        "sweep",
+        str(TABLE3),
+        "--scale",
+        "tiny",
+        "--rows",
+        "base",
+        "--seeds",
+        "1",
+        "--dry-run",
+        "--out",
+        str(runs),
+        *common,
+        cwd=tmp_path,
+        cache=cache,
+    )
     assert out.returncode == 0, out.stderr
-    out = ablate("train", "--sweep", str(TABLE3), "--row", "base", "--scale", "tiny", "--out", str(runs), *common,
-                 cwd=tmp_path, cache=cache)
+    out = ablate(
+        "train",
+        "--sweep",
+        str(TABLE3),
+        "--row",
+        "base",
+        "--scale",
+        "tiny",
+        "--out",
+        str(runs),
+        *common,
+        cwd=tmp_path,
+        cache=cache,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics,) = runs.glob("table3/tiny/*/metrics.json")
     config = (metrics.parent / "config.yaml").read_text()
@@ -71,8 +106,23 @@ def test_every_command_that_reads_a_users_corpus_leaves_it_byte_identical(tmp_pa
 @pytest.mark.slow
 def test_a_missing_corpus_directory_is_an_error_that_names_it_and_creates_nothing(tmp_path):
     missing = tmp_path / "typo_corpus"
-    out = ablate("train", "--sweep", str(TABLE3), "--row", "base", "--scale", "tiny", "--data", str(missing),
-                 "--set", "train.max_steps=1", "--out", str(tmp_path / "runs"), cwd=tmp_path, cache=tmp_path / "cache")
+    out = ablate(
+        "train",
+        "--sweep",
+        str(TABLE3),
+        "--row",
+        "base",
+        "--scale",
+        "tiny",
+        "--data",
+        str(missing),
+        "--set",
+        "train.max_steps=1",
+        "--out",
+        str(tmp_path / "runs"),
+        cwd=tmp_path,
+        cache=tmp_path / "cache",
+    )
     assert out.returncode == 2
     assert str(missing) in out.stderr and "does not exist" in out.stderr
     assert not missing.exists()

@@ -16,8 +16,18 @@ from typing import Any, Optional, Sequence
 
 from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
 from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select
-from .processes import (GRACE_SECONDS, LOG_FILE, Slot, child_env, default_workers, describe_exit, log_tail, make_slots,
-                        signal_group, slot_command)
+from .processes import (
+    GRACE_SECONDS,
+    LOG_FILE,
+    Slot,
+    child_env,
+    default_workers,
+    describe_exit,
+    log_tail,
+    make_slots,
+    signal_group,
+    slot_command,
+)
 from .slurm import SlurmOptions, submit_sweep
 
 POLL_SECONDS = 0.2
@@ -44,8 +54,10 @@ def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
     tokens = train.max_steps * config.data.batch_tokens * train.accumulate_grad_batches
     key = (config.model, config.data.vocab_size, tokens)
     if key not in cache:
-        cache[key] = (parameter_count(config.model, config.data.vocab_size),
-                      training_flops(config.model, config.data.vocab_size, float(tokens)))
+        cache[key] = (
+            parameter_count(config.model, config.data.vocab_size),
+            training_flops(config.model, config.data.vocab_size, float(tokens)),
+        )
     params, flops = cache[key]
     return params, tokens, flops
 
@@ -70,15 +82,21 @@ def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
         total_flops += flops
         if status != "done":
             todo_flops += flops
-        table.add_row(run.spec.row, str(run.spec.seed), run.spec.run_id, status, human(params), human(tokens), f"{flops:.2e}")
+        table.add_row(
+            run.spec.row, str(run.spec.seed), run.spec.run_id, status, human(params), human(tokens), f"{flops:.2e}"
+        )
     console.print(table)
-    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
-                  f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (counted: 3 × forward)")
+    console.print(
+        ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (counted: 3 × forward)"
+    )
     if slots:
         slot = slots[0]
         gpus = sorted({s.gpu for s in slots if s.gpu is not None})
-        console.print(f"{len(slots)} worker(s), {slot.threads} thread(s) and {len(slot.cores)} core(s) each"
-                      + (f", GPUs {','.join(gpus)}" if gpus else ", no GPU"))
+        console.print(
+            f"{len(slots)} worker(s), {slot.threads} thread(s) and {len(slot.cores)} core(s) each"
+            + (f", GPUs {','.join(gpus)}" if gpus else ", no GPU")
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -122,7 +140,11 @@ class View:
 
     def summary(self) -> str:
         counts = self.launcher.counts()
-        text = " · ".join(f"{counts[s]} {s}" for s in ("done", "running", "failed", "diverged", "pending", "elsewhere", "stopped") if counts.get(s))
+        text = " · ".join(
+            f"{counts[s]} {s}"
+            for s in ("done", "running", "failed", "diverged", "pending", "elsewhere", "stopped")
+            if counts.get(s)
+        )
         eta = self.launcher.eta()
         return f"{text} · ETA {duration(eta)}" if eta is not None else text
 
@@ -137,7 +159,11 @@ class View:
         shown += [r for r in launcher.runs if r.state in ("failed", "diverged", "elsewhere", "stopped")]
         shown += [r for r in launcher.runs if r.state == "done" and r.started is not None][-5:]
         for run in shown:
-            slot = "" if run.slot is None else f"{run.slot.index}" + (f" gpu {run.slot.gpu}" if run.slot.gpu is not None else "")
+            slot = (
+                ""
+                if run.slot is None
+                else f"{run.slot.index}" + (f" gpu {run.slot.gpu}" if run.slot.gpu is not None else "")
+            )
             table.add_row(run.label, run.spec.run_id, run.state, duration(run.elapsed), slot, run.note)
         return table
 
@@ -161,8 +187,14 @@ class View:
 
 
 class Launcher:
-    def __init__(self, runs: list[Run], slots: list[Slot], retry_failed: bool = False, live: Optional[bool] = None,
-                 grace: float = GRACE_SECONDS) -> None:
+    def __init__(
+        self,
+        runs: list[Run],
+        slots: list[Slot],
+        retry_failed: bool = False,
+        live: Optional[bool] = None,
+        grace: float = GRACE_SECONDS,
+    ) -> None:
         self.runs = runs
         self.slots = slots
         self.retry_failed = retry_failed
@@ -212,18 +244,26 @@ class Launcher:
         """Lock, re-check and start a run; False (and a reported state) when it is not to be trained."""
         lock = claim(run, self.retry_failed)
         if lock is None:
-            self.view.event(run, f"skipped: running elsewhere ({run.note})" if run.state == "elsewhere" else f"skipped: {run.state}")
+            self.view.event(
+                run, f"skipped: running elsewhere ({run.note})" if run.state == "elsewhere" else f"skipped: {run.state}"
+            )
             return False
         argv = slot_command(slot, run.dir / CONFIG_FILE, run.dir)
         with open(run.dir / LOG_FILE, "ab") as log:
-            log.write(f"\n=== ablate sweep {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} slot {slot.index} "
-                      f"cores {','.join(map(str, slot.cores))} gpu {slot.gpu}: {shlex.join(argv)}\n".encode())
+            log.write(
+                f"\n=== ablate sweep {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} slot {slot.index} "
+                f"cores {','.join(map(str, slot.cores))} gpu {slot.gpu}: {shlex.join(argv)}\n".encode()
+            )
             log.flush()
             try:
                 process = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                     env=child_env(slot, {LOCKED_ENV: str(run.dir)}),
-                    start_new_session=True, pass_fds=(lock.fd,),
+                    start_new_session=True,
+                    pass_fds=(lock.fd,),
                 )
             except OSError as error:
                 lock.release()
@@ -234,8 +274,12 @@ class Launcher:
         run.process, run.lock, run.slot = process, lock, slot
         run.started, run.ended, run.state = time.time(), None, "running"
         self.launched += 1
-        self.view.event(run, f"started on slot {slot.index} (cores {','.join(map(str, slot.cores))}"
-                             + (f", gpu {slot.gpu})" if slot.gpu is not None else ")") + (f" [{run.note}]" if run.note else ""))
+        self.view.event(
+            run,
+            f"started on slot {slot.index} (cores {','.join(map(str, slot.cores))}"
+            + (f", gpu {slot.gpu})" if slot.gpu is not None else ")")
+            + (f" [{run.note}]" if run.note else ""),
+        )
         return True
 
     def _record_failure(self, run: Run, reason: str, code: Optional[int]) -> None:
@@ -263,7 +307,9 @@ class Launcher:
             self._record_failure(run, describe_exit(code) if code else f"exit code 0 with status {status!r}", code)
         if run.lock is not None:
             run.lock.release()
-        self.view.event(run, f"{run.state} after {duration(run.elapsed)}" + (f": {run.note}" if run.state == "failed" else ""))
+        self.view.event(
+            run, f"{run.state} after {duration(run.elapsed)}" + (f": {run.note}" if run.state == "failed" else "")
+        )
 
     def _stop(self) -> None:
         """Stop every training process (SIGTERM to its process group, SIGKILL after the grace period)."""
@@ -331,11 +377,23 @@ class Launcher:
         return 128 + self.signals[0] if self.signals else code
 
 
-def run_sweep(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
-              workers: Optional[int] = None, out: str | Path = "runs", sets: Optional[dict[str, Any]] = None,
-              dry_run: bool = False, retry_failed: bool = False, live: Optional[bool] = None,
-              grace: float = GRACE_SECONDS, gpus_per_run: int = 1, slurm: Optional[SlurmOptions] = None,
-              wait: bool = False, reuse: bool = True) -> int:
+def run_sweep(
+    sweep_path: str | Path,
+    scale: str,
+    rows: Optional[Sequence[str]] = None,
+    seeds: Optional[Sequence[int]] = None,
+    workers: Optional[int] = None,
+    out: str | Path = "runs",
+    sets: Optional[dict[str, Any]] = None,
+    dry_run: bool = False,
+    retry_failed: bool = False,
+    live: Optional[bool] = None,
+    grace: float = GRACE_SECONDS,
+    gpus_per_run: int = 1,
+    slurm: Optional[SlurmOptions] = None,
+    wait: bool = False,
+    reuse: bool = True,
+) -> int:
     """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
 
     With `reuse`, a run never started takes the record of a done run with the same id elsewhere under `out`.

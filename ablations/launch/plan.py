@@ -14,8 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..records import (CONFIG_FILE, FINISHED, METRICS_FILE, RunLock, folder_status, lock_holder, read_metrics,
-                       run_folder, update_metrics, write_config, write_json)
+from ..records import (
+    CONFIG_FILE,
+    FINISHED,
+    METRICS_FILE,
+    RunLock,
+    folder_status,
+    lock_holder,
+    read_metrics,
+    run_folder,
+    update_metrics,
+    write_config,
+    write_json,
+)
 from ..sweep import RunSpec, expand, load_sweep, scale_named
 from .processes import LOG_FILE, Slot
 
@@ -46,8 +57,14 @@ class Run:
         return (self.ended or time.time()) - self.started
 
 
-def plan(sweep_path: str | Path, scale: str, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
-         sets: Optional[dict[str, Any]] = None, out: str | Path = "runs") -> list[Run]:
+def plan(
+    sweep_path: str | Path,
+    scale: str,
+    rows: Optional[Sequence[str]] = None,
+    seeds: Optional[Sequence[int]] = None,
+    sets: Optional[dict[str, Any]] = None,
+    out: str | Path = "runs",
+) -> list[Run]:
     """The sweep's runs (row order, then seed order) with their folders; touches no file."""
     sweep = load_sweep(sweep_path)
     runs = []
@@ -158,9 +175,14 @@ def claim(run: Run, retry_failed: bool = False, **record: Any) -> Optional[RunLo
 def print_skipped(runs: list[Run], retry_failed: bool) -> None:
     skipped = [r for r in runs if r.state in FINISHED]
     if skipped:
-        print(f"skipping {len(skipped)} finished run(s): "
-              + ", ".join(f"{s} {sum(r.state == s for r in skipped)}" for s in FINISHED if any(r.state == s for r in skipped))
-              + ("" if retry_failed else " (--retry-failed reruns failed/diverged)"), flush=True)
+        print(
+            f"skipping {len(skipped)} finished run(s): "
+            + ", ".join(
+                f"{s} {sum(r.state == s for r in skipped)}" for s in FINISHED if any(r.state == s for r in skipped)
+            )
+            + ("" if retry_failed else " (--retry-failed reruns failed/diverged)"),
+            flush=True,
+        )
 
 
 def report(runs: list[Run], name: str, launched: int, where: str = "here") -> int:
@@ -169,8 +191,11 @@ def report(runs: list[Run], name: str, launched: int, where: str = "here") -> in
     counts: dict[str, int] = {}
     for status in final.values():
         counts[status] = counts.get(status, 0) + 1
-    print(f"sweep {name}: {len(runs)} runs, {launched} launched {where}; "
-          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
+    print(
+        f"sweep {name}: {len(runs)} runs, {launched} launched {where}; "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+        flush=True,
+    )
     for run in runs:
         status = final[run.label]
         if status in ("failed", "diverged"):

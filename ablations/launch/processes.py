@@ -66,8 +66,9 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Optional[Sequence[str]] = None,
-               gpus_per_run: int = 1) -> list[Slot]:
+def make_slots(
+    workers: int, cores: Optional[Sequence[int]] = None, gpus: Optional[Sequence[str]] = None, gpus_per_run: int = 1
+) -> list[Slot]:
     """K slots, each with cores // K cores of its own (at least one; shared when K > cores) and G GPUs.
 
     With G > 1 (`--gpus-per-run`) a slot's GPUs are a group of G (`"0,1"`), groups dealt round-robin; without CUDA
@@ -80,7 +81,7 @@ def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Option
     gpus = list(visible_gpus() if gpus is None else gpus)
     if gpus and len(gpus) < gpus_per_run:
         raise ValueError(f"--gpus-per-run {gpus_per_run}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
-    groups = [",".join(gpus[g * gpus_per_run:(g + 1) * gpus_per_run]) for g in range(len(gpus) // gpus_per_run)]
+    groups = [",".join(gpus[g * gpus_per_run : (g + 1) * gpus_per_run]) for g in range(len(gpus) // gpus_per_run)]
     share = max(1, len(cores) // workers)
     cap = os.environ.get("OMP_NUM_THREADS", "").strip()
     threads = min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
@@ -88,7 +89,7 @@ def make_slots(workers: int, cores: Optional[Sequence[int]] = None, gpus: Option
         threads = max(1, threads // gpus_per_run)
     slots = []
     for i in range(workers):
-        own = cores[i * share:(i + 1) * share] if workers <= len(cores) else [cores[i % len(cores)]]
+        own = cores[i * share : (i + 1) * share] if workers <= len(cores) else [cores[i % len(cores)]]
         slots.append(Slot(i, tuple(own), threads, groups[i % len(groups)] if groups else None, gpus_per_run))
     return slots
 

@@ -21,8 +21,20 @@ from .plan import Run, claim, print_skipped, report, select
 from .processes import log_tail, pid_alive
 
 SUBMITIT_FOLDER = ".submitit"
-ALIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+ALIVE_STATES = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SUSPENDED",
+    "STOPPED",
+    "SIGNALING",
+    "STAGE_OUT",
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +85,9 @@ class TrainJob:
             if status in ("done", "diverged"):
                 return f"skipped: {status} meanwhile"
             update_metrics(run_dir, status=status or "pending", **job)
-            return train_run(config, run_dir, meta, progress=False, devices=self.devices, accelerator=self.accelerator)["status"]
+            return train_run(config, run_dir, meta, progress=False, devices=self.devices, accelerator=self.accelerator)[
+                "status"
+            ]
 
     def checkpoint(self, run_dir: str):
         import submitit
@@ -118,9 +132,15 @@ def make_executor(folder: Path, options: SlurmOptions, name: str):
         raise ValueError(f"--launcher slurm: no SLURM found on this machine ({error}); use --launcher local") from None
     gpus = options.gpus_per_run
     params: dict[str, Any] = dict(
-        name=name, timeout_min=options.time_min, gpus_per_node=gpus, tasks_per_node=max(1, gpus), nodes=1,
-        cpus_per_task=options.cpus_per_task, slurm_partition=options.partition,
-        slurm_array_parallelism=options.array_parallelism, slurm_signal_delay_s=options.signal_delay_s,
+        name=name,
+        timeout_min=options.time_min,
+        gpus_per_node=gpus,
+        tasks_per_node=max(1, gpus),
+        nodes=1,
+        cpus_per_task=options.cpus_per_task,
+        slurm_partition=options.partition,
+        slurm_array_parallelism=options.array_parallelism,
+        slurm_signal_delay_s=options.signal_delay_s,
     )
     if executor.cluster == "local":
         params["tasks_per_node"] = 1  # the local executor does not set ranks up the way SLURM does
@@ -128,7 +148,9 @@ def make_executor(folder: Path, options: SlurmOptions, name: str):
     return executor
 
 
-def submit_sweep(runs: list[Run], options: SlurmOptions, out: Path, retry_failed: bool = False, wait: bool = False) -> int:
+def submit_sweep(
+    runs: list[Run], options: SlurmOptions, out: Path, retry_failed: bool = False, wait: bool = False
+) -> int:
     """Submit one job array for the runs still to train; with `wait`, wait for it and report like the local launcher."""
     todo = []
     for run in select(runs, retry_failed):
@@ -139,7 +161,11 @@ def submit_sweep(runs: list[Run], options: SlurmOptions, out: Path, retry_failed
             continue
         lock = claim(run, retry_failed)
         if lock is None:
-            print(f"{run.label} ({run.spec.run_id}) skipped: " + (f"running elsewhere ({run.note})" if run.state == "elsewhere" else run.state), flush=True)
+            print(
+                f"{run.label} ({run.spec.run_id}) skipped: "
+                + (f"running elsewhere ({run.note})" if run.state == "elsewhere" else run.state),
+                flush=True,
+            )
             continue
         lock.release()  # the job takes it when it starts
         todo.append(run)
@@ -157,11 +183,19 @@ def submit_sweep(runs: list[Run], options: SlurmOptions, out: Path, retry_failed
         run.state = "pending"
         with RunLock(run.dir) as lock:  # a job that has started already holds it (and records `running` itself)
             if lock.acquire(tries=1):
-                update_metrics(run.dir, submitit_job=job.job_id, submitit_cluster=executor.cluster, submitted_at=time.time(),
-                               submitit_log=str(job.paths.stdout))
+                update_metrics(
+                    run.dir,
+                    submitit_job=job.job_id,
+                    submitit_cluster=executor.cluster,
+                    submitted_at=time.time(),
+                    submitit_log=str(job.paths.stdout),
+                )
     arrays = sorted({str(job.job_id).split("_")[0] for job in jobs})
-    print(f"submitted {len(jobs)} run(s) of {name} to {executor.cluster} as job(s) {', '.join(arrays)}"
-          + f" (logs: {Path(out) / SUBMITIT_FOLDER})", flush=True)
+    print(
+        f"submitted {len(jobs)} run(s) of {name} to {executor.cluster} as job(s) {', '.join(arrays)}"
+        + f" (logs: {Path(out) / SUBMITIT_FOLDER})",
+        flush=True,
+    )
     for run, job in zip(todo, jobs):
         print(f"  {job.job_id}: {run.label} ({run.spec.run_id}) -> {run.dir}", flush=True)
     if not wait:
@@ -169,12 +203,20 @@ def submit_sweep(runs: list[Run], options: SlurmOptions, out: Path, retry_failed
     for run, job in zip(todo, jobs):
         try:
             result = job.result()
-            print(f"[{time.strftime('%H:%M:%S')}] {run.label} ({run.spec.run_id}) job {job.job_id}: {result}", flush=True)
+            print(
+                f"[{time.strftime('%H:%M:%S')}] {run.label} ({run.spec.run_id}) job {job.job_id}: {result}", flush=True
+            )
         except Exception as error:  # the job failed: make sure the folder says so, as the local launcher does
             reason = f"job {job.job_id} failed: {str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__}"
             record = read_metrics(run.dir) or {}
             if record.get("status") not in ("done", "diverged", "failed"):
-                update_metrics(run.dir, status="failed", reason=reason, exit=reason, failed_at=time.time(),
-                               log_tail=log_tail(Path(job.paths.stderr)))
+                update_metrics(
+                    run.dir,
+                    status="failed",
+                    reason=reason,
+                    exit=reason,
+                    failed_at=time.time(),
+                    log_tail=log_tail(Path(job.paths.stderr)),
+                )
             print(f"[{time.strftime('%H:%M:%S')}] {run.label} ({run.spec.run_id}) {reason}", flush=True)
     return report(runs, name, len(todo), "by this submission")

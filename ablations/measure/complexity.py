@@ -81,21 +81,37 @@ class ComplexityConfig:
                 raise ValueError(f"complexity.{name} = {value!r}: expected a positive integer")
         for name in ("r", "k"):
             if getattr(self, name) % 2 == 0 or getattr(self, name) < 3:
-                raise ValueError(f"complexity.{name} = {getattr(self, name)}: expected an odd number >= 3 (centred window)")
+                raise ValueError(
+                    f"complexity.{name} = {getattr(self, name)}: expected an odd number >= 3 (centred window)"
+                )
         for name in ("ns", "ds", "path_ns"):
             values = getattr(self, name)
-            if not values or any(not isinstance(v, int) or v < 2 for v in values) or list(values) != sorted(set(values)):
+            if (
+                not values
+                or any(not isinstance(v, int) or v < 2 for v in values)
+                or list(values) != sorted(set(values))
+            ):
                 raise ValueError(f"complexity.{name} = {values!r}: expected increasing integers >= 2")
         for name in ("ns", "ds"):
             if len(getattr(self, name)) < max(2, self.fit_points):
-                raise ValueError(f"complexity.{name} = {getattr(self, name)!r}: expected at least fit_points = "
-                                 f"{self.fit_points} (and 2) sizes to fit an exponent")
+                raise ValueError(
+                    f"complexity.{name} = {getattr(self, name)!r}: expected at least fit_points = "
+                    f"{self.fit_points} (and 2) sizes to fit an exponent"
+                )
         if self.min_seconds <= 0:
             raise ValueError(f"complexity.min_seconds = {self.min_seconds!r}: expected a positive number of seconds")
 
 
-QUICK = ComplexityConfig(ns=(16, 32, 64, 128), ds=(16, 32, 64), n_for_d=64, fit_points=3, path_ns=(8, 16, 32),
-                         min_seconds=0.002, repeats=2, matmul_size=128)
+QUICK = ComplexityConfig(
+    ns=(16, 32, 64, 128),
+    ds=(16, 32, 64),
+    n_for_d=64,
+    fit_points=3,
+    path_ns=(8, 16, 32),
+    min_seconds=0.002,
+    repeats=2,
+    matmul_size=128,
+)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -385,8 +401,13 @@ def machine() -> dict[str, Any]:
     import torch
 
     # cpu_model(): the same source as a run's `cpu_model`, so Table 2 can match them
-    return {"cpu_model": cpu_model(), "torch": torch.__version__, "python": platform.python_version(),
-            "system": platform.system(), "cores": os.cpu_count()}
+    return {
+        "cpu_model": cpu_model(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "system": platform.system(),
+        "cores": os.cpu_count(),
+    }
 
 
 def measure(config: ComplexityConfig) -> Measurement:
@@ -399,9 +420,16 @@ def measure(config: ComplexityConfig) -> Measurement:
     torch.set_num_threads(config.threads)
     try:
         timings = tuple(measure_timings(config))
-        depths = {(layer, n): sequential_depth(layer, n, config.path_d, config.r, config.k)
-                  for layer in LAYERS for n in config.path_ns}
-        paths = {(kind, n): path_length(kind, n, config.path_d, config.r, config.k) for kind in PATH_KINDS for n in config.path_ns}
+        depths = {
+            (layer, n): sequential_depth(layer, n, config.path_d, config.r, config.k)
+            for layer in LAYERS
+            for n in config.path_ns
+        }
+        paths = {
+            (kind, n): path_length(kind, n, config.path_d, config.r, config.k)
+            for kind in PATH_KINDS
+            for n in config.path_ns
+        }
         matmul = sustained_flops(config.matmul_size, config.min_seconds, config.repeats)
     finally:
         torch.set_num_threads(threads)
@@ -425,22 +453,38 @@ def summary_rows(m: Measurement) -> list[dict[str, str]]:
             ("dilated: " if kind.endswith("(dilated)") else "")
             + ", ".join(f"{m.paths[kind, n]}" for n in c.path_ns)
             + f" (structure: {', '.join(str(theoretical_path(kind, n, c.r, c.k)) for n in c.path_ns)})"
-            for kind in kinds)
+            for kind in kinds
+        )
         paper = PAPER[layer]
-        rows.append({
-            "layer": layer, "paper_complexity": paper[0], "expected_exponent_n": str(EXPECTED[layer][0]),
-            "time_exponent_n": f"{time_n:.2f}", "flops_exponent_n": f"{flops_n:.2f}",
-            "expected_exponent_d": str(EXPECTED[layer][1]), "time_exponent_d": f"{time_d:.2f}", "flops_exponent_d": f"{flops_d:.2f}",
-            "paper_sequential_ops": paper[1], "graph_depth": ", ".join(str(m.depths[layer, n]) for n in c.path_ns),
-            "paper_max_path_length": paper[2], "path_length": paths,
-        })
+        rows.append(
+            {
+                "layer": layer,
+                "paper_complexity": paper[0],
+                "expected_exponent_n": str(EXPECTED[layer][0]),
+                "time_exponent_n": f"{time_n:.2f}",
+                "flops_exponent_n": f"{flops_n:.2f}",
+                "expected_exponent_d": str(EXPECTED[layer][1]),
+                "time_exponent_d": f"{time_d:.2f}",
+                "flops_exponent_d": f"{flops_d:.2f}",
+                "paper_sequential_ops": paper[1],
+                "graph_depth": ", ".join(str(m.depths[layer, n]) for n in c.path_ns),
+                "paper_max_path_length": paper[2],
+                "path_length": paths,
+            }
+        )
     return rows
 
 
 SUMMARY_LABELS = {
-    "layer": "layer", "paper_complexity": "paper: complexity per layer", "time_exponent_n": "time ∝ n^p",
-    "flops_exponent_n": "FLOPs ∝ n^p", "time_exponent_d": "time ∝ d^p", "flops_exponent_d": "FLOPs ∝ d^p",
-    "paper_sequential_ops": "paper: sequential ops", "graph_depth": "graph depth", "paper_max_path_length": "paper: max path length",
+    "layer": "layer",
+    "paper_complexity": "paper: complexity per layer",
+    "time_exponent_n": "time ∝ n^p",
+    "flops_exponent_n": "FLOPs ∝ n^p",
+    "time_exponent_d": "time ∝ d^p",
+    "flops_exponent_d": "FLOPs ∝ d^p",
+    "paper_sequential_ops": "paper: sequential ops",
+    "graph_depth": "graph depth",
+    "paper_max_path_length": "paper: max path length",
     "path_length": "path length",
 }
 
@@ -468,34 +512,72 @@ def header(m: Measurement) -> list[str]:
 def render_markdown(m: Measurement) -> str:
     keys = list(SUMMARY_LABELS)
     lines = ["# Table 1: per-layer cost, measured", ""] + [f"- {line}" for line in header(m)] + [""]
-    lines += markdown_table([SUMMARY_LABELS[key] for key in keys], ["l", "l"] + ["r"] * 4 + ["l"] * 4,
-                            ([row[key] for key in keys] for row in summary_rows(m)))
-    lines += ["", "Expected exponents from the paper's column: self-attention n² d¹, restricted n¹ d¹, recurrent n¹ d², "
-              "convolutional n¹ d²."]
+    lines += markdown_table(
+        [SUMMARY_LABELS[key] for key in keys],
+        ["l", "l"] + ["r"] * 4 + ["l"] * 4,
+        ([row[key] for key in keys] for row in summary_rows(m)),
+    )
+    lines += [
+        "",
+        "Expected exponents from the paper's column: self-attention n² d¹, restricted n¹ d¹, recurrent n¹ d², "
+        "convolutional n¹ d².",
+    ]
     for axis, held, sizes in (("n", f"d = {m.config.d}", m.config.ns), ("d", f"n = {m.config.n_for_d}", m.config.ds)):
         lines += ["", f"## Time per layer (ms) against {axis}, {held}", ""]
-        cells = {layer: [f"{t.seconds * 1000:.3f}" for t in m.timings if t.layer == layer and t.axis == axis]
-                 for layer in LAYERS}
-        lines += markdown_table(["layer"] + [f"{axis}={size}" for size in sizes], ["l"] + ["r"] * len(sizes),
-                                ([layer] + cells[layer] for layer in LAYERS))
+        cells = {
+            layer: [f"{t.seconds * 1000:.3f}" for t in m.timings if t.layer == layer and t.axis == axis]
+            for layer in LAYERS
+        }
+        lines += markdown_table(
+            ["layer"] + [f"{axis}={size}" for size in sizes],
+            ["l"] + ["r"] * len(sizes),
+            ([layer] + cells[layer] for layer in LAYERS),
+        )
     return "\n".join(lines) + "\n"
 
 
-SUMMARY_CSV_KEYS = ("layer", "paper_complexity", "expected_exponent_n", "time_exponent_n", "flops_exponent_n",
-                    "expected_exponent_d", "time_exponent_d", "flops_exponent_d", "paper_sequential_ops", "graph_depth",
-                    "paper_max_path_length", "path_length")
+SUMMARY_CSV_KEYS = (
+    "layer",
+    "paper_complexity",
+    "expected_exponent_n",
+    "time_exponent_n",
+    "flops_exponent_n",
+    "expected_exponent_d",
+    "time_exponent_d",
+    "flops_exponent_d",
+    "paper_sequential_ops",
+    "graph_depth",
+    "paper_max_path_length",
+    "path_length",
+)
 
 
 def render_summary_csv(m: Measurement) -> str:
     provenance = [m.measured_at, m.machine["cpu_model"], m.config.threads]
-    return csv_text([*SUMMARY_CSV_KEYS, "measured_at", "cpu_model", "threads"],
-                    ([row[key] for key in SUMMARY_CSV_KEYS] + provenance for row in summary_rows(m)))
+    return csv_text(
+        [*SUMMARY_CSV_KEYS, "measured_at", "cpu_model", "threads"],
+        ([row[key] for key in SUMMARY_CSV_KEYS] + provenance for row in summary_rows(m)),
+    )
 
 
 def render_timings_csv(m: Measurement) -> str:
-    return csv_text(["layer", "axis", "n", "d", "seconds", "counted_flops", "measured_at", "cpu_model", "threads"],
-                    ([t.layer, t.axis, t.n, t.d, f"{t.seconds:.6e}", t.flops, m.measured_at, m.machine["cpu_model"],
-                      m.config.threads] for t in m.timings))
+    return csv_text(
+        ["layer", "axis", "n", "d", "seconds", "counted_flops", "measured_at", "cpu_model", "threads"],
+        (
+            [
+                t.layer,
+                t.axis,
+                t.n,
+                t.d,
+                f"{t.seconds:.6e}",
+                t.flops,
+                m.measured_at,
+                m.machine["cpu_model"],
+                m.config.threads,
+            ]
+            for t in m.timings
+        ),
+    )
 
 
 def record_sustained(m: Measurement, out: Path) -> Path:
@@ -503,7 +585,9 @@ def record_sustained(m: Measurement, out: Path) -> Path:
     path = out / SUSTAINED_FILE
     entries = dict(read_sustained(out))
     entries[f"cpu:{m.machine['cpu_model']}"] = {
-        "flops_per_second": m.matmul_flops, "per": "thread", "measured_at": m.measured_at,
+        "flops_per_second": m.matmul_flops,
+        "per": "thread",
+        "measured_at": m.measured_at,
         "method": f"dense fp32 {m.config.matmul_size}x{m.config.matmul_size} matmul on 1 thread, fastest of {m.config.repeats}",
     }
     write_atomic(path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
@@ -513,8 +597,11 @@ def record_sustained(m: Measurement, out: Path) -> Path:
 def write_results(m: Measurement, out: str | Path, sustained: bool = True) -> list[Path]:
     out = Path(out)
     paths = []
-    for name, render in (("table1.md", render_markdown), ("table1.csv", render_summary_csv),
-                         ("table1_timings.csv", render_timings_csv)):
+    for name, render in (
+        ("table1.md", render_markdown),
+        ("table1.csv", render_summary_csv),
+        ("table1_timings.csv", render_timings_csv),
+    ):
         write_atomic(out / name, render(m))
         paths.append(out / name)
     if sustained and m.config.threads == 1:
@@ -531,17 +618,24 @@ def cmd_complexity(args: argparse.Namespace) -> int:
     for path in write_results(measurement, args.out, sustained=not args.quick):
         print(path)
     for row in summary_rows(measurement):
-        print(f"{row['layer']:>26}: time ∝ n^{row['time_exponent_n']} d^{row['time_exponent_d']}; "
-              f"graph depth {row['graph_depth']}; path {row['path_length']}")
+        print(
+            f"{row['layer']:>26}: time ∝ n^{row['time_exponent_n']} d^{row['time_exponent_d']}; "
+            f"graph depth {row['graph_depth']}; path {row['path_length']}"
+        )
     return 0
 
 
 def add_complexity_parser(sub: Any) -> None:
-    parser = sub.add_parser("complexity", help="Table 1 measured: time, FLOPs, sequential ops and path length per layer type",
-                            description="Time self-attention, restricted self-attention, a recurrent and a convolutional "
-                            "layer against n and d on this CPU, fit the exponents, measure sequential operations and "
-                            "maximum path length, and write <out>/table1.{md,csv}. A measurement: needs a quiet machine.")
+    parser = sub.add_parser(
+        "complexity",
+        help="Table 1 measured: time, FLOPs, sequential ops and path length per layer type",
+        description="Time self-attention, restricted self-attention, a recurrent and a convolutional "
+        "layer against n and d on this CPU, fit the exponents, measure sequential operations and "
+        "maximum path length, and write <out>/table1.{md,csv}. A measurement: needs a quiet machine.",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds (a smoke test, not a result)")
-    parser.add_argument("--threads", type=int, help="torch threads for the timings (default: 1, the paper's per-device view)")
+    parser.add_argument(
+        "--threads", type=int, help="torch threads for the timings (default: 1, the paper's per-device view)"
+    )
     parser.add_argument("--out", default="results", help="where table1.* go (default: results/)")
     parser.set_defaults(handler=cmd_complexity)

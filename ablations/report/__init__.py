@@ -42,11 +42,13 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def add_table_parser(sub: Any) -> None:
-    parser = sub.add_parser("table", help="a sweep's table at one scale, from run records (Markdown, CSV, LaTeX), "
-                            "its plots, Table 2 and results/index.html")
+    parser = sub.add_parser(
+        "table",
+        help="a sweep's table at one scale, from run records (Markdown, CSV, LaTeX), "
+        "its plots, Table 2 and results/index.html",
+    )
     parser.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
     parser.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
     parser.add_argument("--runs", default="runs", help="root of run folders (default: runs/)")
-    parser.add_argument("--out", default="results",
-                        help="where tables and published records go (default: results/)")
+    parser.add_argument("--out", default="results", help="where tables and published records go (default: results/)")
     parser.set_defaults(handler=cmd_table)

@@ -26,8 +26,16 @@ RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp")
 REFERENCES_FILE = "dev.ref"
 BOOTSTRAP_SAMPLES = 1000
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default; it treats 0 as "unseeded"
-CORPUS_FIELDS = ("dataset", "path", "src_lang", "tgt_lang", "dev_split", "generated_pairs", "generated_seed",
-                 "cache_dir")
+CORPUS_FIELDS = (
+    "dataset",
+    "path",
+    "src_lang",
+    "tgt_lang",
+    "dev_split",
+    "generated_pairs",
+    "generated_seed",
+    "cache_dir",
+)
 CURVE_KEYS = ("dev/ppl", "dev/bleu", "train/loss")
 
 
@@ -102,8 +110,9 @@ def collect(sweep: Sweep, scale: Scale, runs: str | Path, out: str | Path) -> li
 def publish_finished(records: Sequence[RunRecord], sweep: Sweep, scale: Scale, out: str | Path) -> list[RunRecord]:
     """The records, every finished one (done, diverged, failed) published under `<out>/records/` first."""
     published = records_dir(out, sweep, scale)
-    return [publish(record, published / record.folder.name) if record.status in PUBLISHED else record
-            for record in records]
+    return [
+        publish(record, published / record.folder.name) if record.status in PUBLISHED else record for record in records
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -140,8 +149,13 @@ def read_hypotheses(folder: Path) -> Optional[list[str]]:
     return path.read_bytes().decode("utf-8").removesuffix("\n").split("\n")
 
 
-def paired_bootstrap_p(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
-                       samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> float:
+def paired_bootstrap_p(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> float:
     """p-value of sacreBLEU's paired bootstrap test of `system` against `baseline` (BLEU, 13a, one reference).
 
     sacreBLEU counts only resampled differences strictly above the observed one, so an observed difference of
@@ -153,8 +167,13 @@ def paired_bootstrap_p(baseline: Sequence[str], system: Sequence[str], reference
     from sacrebleu.significance import PairedTest
 
     with mock.patch.dict(os.environ, {"SACREBLEU_SEED": str(seed)}):  # PairedTest takes its seed from here when built
-        test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
-                          [list(references)], test_type="bs", n_samples=samples)
+        test = PairedTest(
+            [("baseline", list(baseline)), ("system", list(system))],
+            {"BLEU": BLEU()},
+            [list(references)],
+            test_type="bs",
+            n_samples=samples,
+        )
     _, scores = test()
     base_result, system_result = scores["BLEU"]
     return 1.0 if system_result.score == base_result.score else float(system_result.p_value)
@@ -190,8 +209,10 @@ def compare_to_base(base: Sequence[RunRecord], row: Sequence[RunRecord], referen
     if base_hyps is None or row_hyps is None:
         return Significance(problem="a run has no dev.hyp")
     if not len(base_hyps) == len(row_hyps) == len(references.lines):
-        return Significance(problem=f"dev.hyp has {len(row_hyps)} lines, base's {len(base_hyps)}, "
-                                    f"the references {len(references.lines)}")
+        return Significance(
+            problem=f"dev.hyp has {len(row_hyps)} lines, base's {len(base_hyps)}, "
+            f"the references {len(references.lines)}"
+        )
     return Significance(paired_bootstrap_p(base_hyps, row_hyps, references.lines), row_run.spec.seed)
 
 
@@ -225,4 +246,3 @@ def attempt_order(path: Path) -> tuple[int, str]:
     """curves-attempt-10.csv after curves-attempt-9.csv."""
     number = path.stem.removeprefix("curves-attempt-").split("-")[0]
     return (int(number) if number.isdigit() else 0, path.name)
-

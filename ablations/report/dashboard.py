@@ -28,8 +28,19 @@ from .table3 import Table, columns, display_rows, flat, plain, title
 
 DATA_KIND = "ablate-sweep-table"  # marks a `<sweep>_<scale>.json` as a table's data, not some other JSON
 INDEX_FILE = "index.html"
-RUN_METRICS = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "params", "steps", "train_tokens",
-               "train_seconds", "wall_seconds", "error")
+RUN_METRICS = (
+    "dev_ppl",
+    "dev_bleu",
+    "dev_bleu_tok",
+    "test_bleu",
+    "test_bleu_tok",
+    "params",
+    "steps",
+    "train_tokens",
+    "train_seconds",
+    "wall_seconds",
+    "error",
+)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -60,11 +71,17 @@ def relative(path: Optional[Path], out: Path) -> Optional[str]:
 def run_data(run: RunRecord, table: Table, curves: Mapping[str, Mapping[str, list]], out: Path) -> dict[str, Any]:
     url = run.metrics.get("wandb_url")
     return {
-        "row": run.spec.row, "group": run.spec.group, "seed": run.spec.seed, "run_id": run.spec.run_id,
-        "status": run.status, "record": relative(run.folder, out),
+        "row": run.spec.row,
+        "group": run.spec.group,
+        "seed": run.spec.seed,
+        "run_id": run.spec.run_id,
+        "status": run.status,
+        "record": relative(run.folder, out),
         "metrics": {key: run.metrics[key] for key in RUN_METRICS if run.metrics.get(key) is not None},
         "config_diff": config_difference(run, base_run_for(run, table)),
-        "curves": {key: [list(point) for point in points] for key, points in curves.get(run.spec.run_id, {}).items() if points},
+        "curves": {
+            key: [list(point) for point in points] for key, points in curves.get(run.spec.run_id, {}).items() if points
+        },
         "wandb_url": url if isinstance(url, str) and url.startswith(("https://", "http://")) else None,
     }
 
@@ -82,8 +99,10 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
         "columns": [{"key": c.key, "label": c.label, "align": c.align} for c in cols],
         "rows": [[cells[c.key] for c in cols] for cells in display_rows(table)],
         "files": [f"{table.sweep.name}_{table.scale.name}{suffix}" for suffix in (".md", ".csv", ".tex")],
-        "plots": [{"kind": kind, "svg": f"plots/{plot_stem(table, kind)}.svg", "png": f"plots/{plot_stem(table, kind)}.png"}
-                  for kind in PLOT_KINDS],
+        "plots": [
+            {"kind": kind, "svg": f"plots/{plot_stem(table, kind)}.svg", "png": f"plots/{plot_stem(table, kind)}.png"}
+            for kind in PLOT_KINDS
+        ],
         "runs": [run_data(run, table, curves, out) for result in table.rows for run in result.runs],
     }
 
@@ -110,6 +129,7 @@ def read_table_data(out: Path) -> list[dict[str, Any]]:
 # The page
 # --------------------------------------------------------------------------------------------------------------
 
+
 def asset(name: str) -> str:
     """dashboard.css or dashboard.js, package data inlined into the page (it must open without a server)."""
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
@@ -119,9 +139,14 @@ def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def html_table(header: list[str], rows: list[list[str]], aligns: Optional[list[str]] = None, cls: str = "results") -> str:
+def html_table(
+    header: list[str], rows: list[list[str]], aligns: Optional[list[str]] = None, cls: str = "results"
+) -> str:
     aligns = aligns or ["l"] * len(header)
-    lines = [f'<div class="scroll"><table class="{cls}">', "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"]
+    lines = [
+        f'<div class="scroll"><table class="{cls}">',
+        "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>",
+    ]
     lines += ["<tr>" + "".join(f'<td class="{a}">{esc(c)}</td>' for a, c in zip(aligns, row)) + "</tr>" for row in rows]
     return "\n".join(lines + ["</table></div>"])
 
@@ -130,7 +155,7 @@ def sweep_section(data: Mapping[str, Any]) -> str:
     cols = data["columns"]
     parts = [
         f'<section class="sweep" id="sweep-{esc(data["id"])}">',
-        f'<h2>{esc(data["title"])}</h2>',
+        f"<h2>{esc(data['title'])}</h2>",
         "<p>" + " · ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in data["files"]) + "</p>",
         '<ul class="header">' + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in data["header"]) + "</ul>",
         html_table([c["label"] for c in cols], data["rows"], [c["align"] for c in cols]),
@@ -138,9 +163,16 @@ def sweep_section(data: Mapping[str, Any]) -> str:
         '<div class="plots">',
     ]
     for plot in data["plots"]:
-        parts.append(f'<figure><img src="{esc(plot["svg"])}" alt="{esc(data["id"])} {esc(plot["kind"])}">'
-                     f'<figcaption>{esc(plot["kind"])} (<a href="{esc(plot["png"])}">PNG</a>)</figcaption></figure>')
-    parts += ["</div>", f"<h3>Runs ({len(data['runs'])})</h3>", f'<div class="runs" id="runs-{esc(data["id"])}"></div>', "</section>"]
+        parts.append(
+            f'<figure><img src="{esc(plot["svg"])}" alt="{esc(data["id"])} {esc(plot["kind"])}">'
+            f'<figcaption>{esc(plot["kind"])} (<a href="{esc(plot["png"])}">PNG</a>)</figcaption></figure>'
+        )
+    parts += [
+        "</div>",
+        f"<h3>Runs ({len(data['runs'])})</h3>",
+        f'<div class="runs" id="runs-{esc(data["id"])}"></div>',
+        "</section>",
+    ]
     return "\n".join(parts)
 
 
@@ -151,9 +183,18 @@ def csv_section(path: Path, section_id: str, heading: str) -> str:
         return ""
     markdown = path.with_suffix(".md")
     link = f'<p><a href="{esc(markdown.name)}">{esc(markdown.name)}</a> · <a href="{esc(path.name)}">{esc(path.name)}</a></p>'
-    aligns = ["l" if not any(is_number(row[i]) for row in rows[1:] if i < len(row)) else "r" for i in range(len(rows[0]))]
-    return "\n".join([f'<section class="extra" id="{esc(section_id)}">', f"<h2>{esc(heading)}</h2>", link,
-                      html_table(rows[0], rows[1:], aligns), "</section>"])
+    aligns = [
+        "l" if not any(is_number(row[i]) for row in rows[1:] if i < len(row)) else "r" for i in range(len(rows[0]))
+    ]
+    return "\n".join(
+        [
+            f'<section class="extra" id="{esc(section_id)}">',
+            f"<h2>{esc(heading)}</h2>",
+            link,
+            html_table(rows[0], rows[1:], aligns),
+            "</section>",
+        ]
+    )
 
 
 def is_number(text: str) -> bool:
@@ -166,8 +207,14 @@ def is_number(text: str) -> bool:
 
 def extra_tables(out: Path) -> list[tuple[str, str, Path]]:
     """(section id, heading, CSV) of Tables 2 and 1, when `ablate table` / `ablate complexity` wrote them."""
-    found = [(f"table2-{path.stem.removeprefix('table2_')}", f"Table 2 at scale {path.stem.removeprefix('table2_')}: "
-              "test BLEU and training cost", path) for path in sorted(out.glob("table2_*.csv"))]
+    found = [
+        (
+            f"table2-{path.stem.removeprefix('table2_')}",
+            f"Table 2 at scale {path.stem.removeprefix('table2_')}: test BLEU and training cost",
+            path,
+        )
+        for path in sorted(out.glob("table2_*.csv"))
+    ]
     table1 = out / "table1.csv"
     if table1.is_file():
         found.append(("table1", "Table 1: per-layer cost, measured", table1))
@@ -180,25 +227,36 @@ def render_dashboard(out: str | Path) -> str:
     extras = extra_tables(out)
     nav = [f'<a href="#sweep-{esc(t["id"])}">{esc(t["title"])}</a>' for t in tables]
     nav += [f'<a href="#{esc(section)}">{esc(heading.split(":")[0])}</a>' for section, heading, _ in extras]
-    payload = json.dumps([{"id": t["id"], "base_row": t["base_row"], "runs": t["runs"]} for t in tables],
-                         sort_keys=True, ensure_ascii=False).replace("</", "<\\/")  # no early </script>
+    payload = json.dumps(
+        [{"id": t["id"], "base_row": t["base_row"], "runs": t["runs"]} for t in tables],
+        sort_keys=True,
+        ensure_ascii=False,
+    ).replace("</", "<\\/")  # no early </script>
     parts = [
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>attention-ablations: results</title>", f"<style>\n{asset('dashboard.css')}</style>", "</head>",
+        "<title>attention-ablations: results</title>",
+        f"<style>\n{asset('dashboard.css')}</style>",
+        "</head>",
         "<body>",
         "<h1>attention-ablations: results</h1>",
         "<p>Built by <code>ablate table</code> from the run records under <code>records/</code>; "
         "opens from disk, no server or network needed.</p>",
         "<nav>" + "".join(nav) + "</nav>",
         '<p id="render-status" class="muted">per-run sections need JavaScript</p>',
-        '<noscript><p>JavaScript is off: tables and plots are shown, per-run sections are not.</p></noscript>',
+        "<noscript><p>JavaScript is off: tables and plots are shown, per-run sections are not.</p></noscript>",
     ]
     parts += [sweep_section(t) for t in tables]
     parts += [csv_section(path, section, heading) for section, heading, path in extras]
-    parts += [f'<script type="application/json" id="dashboard-data">{payload}</script>',
-              f"<script>\n{asset('dashboard.js')}</script>",
-              "</body>", "</html>"]
+    parts += [
+        f'<script type="application/json" id="dashboard-data">{payload}</script>',
+        f"<script>\n{asset('dashboard.js')}</script>",
+        "</body>",
+        "</html>",
+    ]
     return "\n".join(parts) + "\n"
 
 

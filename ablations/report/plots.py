@@ -62,8 +62,7 @@ def draw_delta_bleu(plt, table: Table):
     rows = [result for result in table.rows if result is not table.base]
     labels = [result.row.id for result in rows]
     positions = list(range(len(rows)))[::-1]  # first row on top, as in the table
-    figure, (ours, paper) = plt.subplots(1, 2, figsize=(9, 0.32 * len(rows) + 1.6), sharey=True,
-                                        layout="constrained")
+    figure, (ours, paper) = plt.subplots(1, 2, figsize=(9, 0.32 * len(rows) + 1.6), sharey=True, layout="constrained")
     for axis in (ours, paper):
         axis.axvline(0, color="black", linewidth=0.8)
         axis.grid(axis="x", linewidth=0.3)
@@ -99,28 +98,47 @@ def draw_dev_ppl(plt, table: Table, curves: Mapping[str, Mapping[str, list]]):
     groups = [group for group in groups_in_order(table) if group != table.base.row.group] or [table.base.row.group]
     columns = min(3, len(groups))
     rows = -(-len(groups) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.6 * rows + 0.6), squeeze=False,
-                             layout="constrained")
-    for axis in axes.flat[len(groups):]:
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(3.4 * columns, 2.6 * rows + 0.6), squeeze=False, layout="constrained"
+    )
+    for axis in axes.flat[len(groups) :]:
         axis.set_visible(False)
     base_runs = [run for run in table.base.runs if run.spec.run_id in curves]
     for axis, group in zip(axes.flat, groups):
         members = [result for result in table.rows if result.row.group == group]
         if group != table.base.row.group:
             for run in base_runs:
-                draw_curve(axis, curves[run.spec.run_id]["dev/ppl"], f"{table.base.row.id}" if run is base_runs[0] else None,
-                           color="0.6", linestyle="--")
+                draw_curve(
+                    axis,
+                    curves[run.spec.run_id]["dev/ppl"],
+                    f"{table.base.row.id}" if run is base_runs[0] else None,
+                    color="0.6",
+                    linestyle="--",
+                )
         absent = []
         for index, result in enumerate(members):
             drawn = [run for run in result.runs if curves.get(run.spec.run_id, {}).get("dev/ppl")]
             for run in drawn:
-                draw_curve(axis, curves[run.spec.run_id]["dev/ppl"], result.row.id if run is drawn[0] else None,
-                           color=f"C{index}")
+                draw_curve(
+                    axis,
+                    curves[run.spec.run_id]["dev/ppl"],
+                    result.row.id if run is drawn[0] else None,
+                    color=f"C{index}",
+                )
             if not drawn:
                 absent.append(f"{result.row.id}: {result.status}")
         if absent:
-            axis.text(0.98, 0.98, "no curve\n" + "\n".join(absent), transform=axis.transAxes, ha="right", va="top",
-                      fontsize=7, color="0.4", style="italic")
+            axis.text(
+                0.98,
+                0.98,
+                "no curve\n" + "\n".join(absent),
+                transform=axis.transAxes,
+                ha="right",
+                va="top",
+                fontsize=7,
+                color="0.4",
+                style="italic",
+            )
         axis.set_title(f"group {group}")
         axis.set_xlabel("step")
         axis.set_ylabel("dev PPL")
@@ -159,14 +177,32 @@ def draw_params_bleu(plt, table: Table):
             continue
         drawn += 1
         paper.plot([params], [result.row.paper.bleu], "o", color="tab:orange")
-        paper.annotate(result.row.id, (params, result.row.paper.bleu), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        paper.annotate(
+            result.row.id, (params, result.row.paper.bleu), textcoords="offset points", xytext=(3, 3), fontsize=7
+        )
     if not drawn:
-        paper.text(0.5, 0.5, f"{table.sweep.path.name} states no paper figures", transform=paper.transAxes, ha="center",
-                   fontsize=8, color="0.4", style="italic")
+        paper.text(
+            0.5,
+            0.5,
+            f"{table.sweep.path.name} states no paper figures",
+            transform=paper.transAxes,
+            ha="center",
+            fontsize=8,
+            color="0.4",
+            style="italic",
+        )
     if missing:
-        lines = [", ".join(missing[i:i + 4]) for i in range(0, len(missing), 4)]
-        ours.text(0.02, 0.02, "no done run:\n" + "\n".join(lines), transform=ours.transAxes, fontsize=6, color="0.4",
-                  style="italic", va="bottom")
+        lines = [", ".join(missing[i : i + 4]) for i in range(0, len(missing), 4)]
+        ours.text(
+            0.02,
+            0.02,
+            "no done run:\n" + "\n".join(lines),
+            transform=ours.transAxes,
+            fontsize=6,
+            color="0.4",
+            style="italic",
+            va="bottom",
+        )
     ours.set_title(f"measured at scale {table.scale.name}")
     ours.set_xlabel("parameters (millions)")
     ours.set_ylabel("dev BLEU (sacreBLEU)")
@@ -181,8 +217,12 @@ def draw_params_bleu(plt, table: Table):
 
 def table_curves(table: Table) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """run id -> curves, for published runs only: a running run's curves still grow."""
-    return {run.spec.run_id: read_curves(run.folder) for result in table.rows for run in result.runs
-            if run.status in PUBLISHED and run.folder is not None}
+    return {
+        run.spec.run_id: read_curves(run.folder)
+        for result in table.rows
+        for run in result.runs
+        if run.status in PUBLISHED and run.folder is not None
+    }
 
 
 def save(plt, figure, stem: Path) -> list[Path]:
@@ -213,4 +253,3 @@ def write_plots(table: Table, out: str | Path, curves: Optional[Mapping[str, Map
     for kind in PLOT_KINDS:
         paths += save(plt, figures[kind](), directory / plot_stem(table, kind))
     return paths
-

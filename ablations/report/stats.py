@@ -105,8 +105,9 @@ class PaperEffect:
     @property
     def large(self) -> bool:
         # Rounded to the paper's printed precision: 4.67 - 4.92 must count as the -0.25 it is printed as.
-        return ((self.delta_bleu is not None and round(abs(self.delta_bleu), 2) >= LARGE_BLEU)
-                or (self.delta_ppl is not None and round(abs(self.delta_ppl), 2) >= LARGE_PPL))
+        return (self.delta_bleu is not None and round(abs(self.delta_bleu), 2) >= LARGE_BLEU) or (
+            self.delta_ppl is not None and round(abs(self.delta_ppl), 2) >= LARGE_PPL
+        )
 
     @property
     def judged_on(self) -> Optional[Metric]:
@@ -122,6 +123,7 @@ class PaperEffect:
 
 def paper_effect(row: Mapping[str, Optional[float]], base: Mapping[str, Optional[float]]) -> Optional[PaperEffect]:
     """The paper's deltas from its printed figures ({"bleu", "ppl"}); None where the paper prints neither."""
+
     def delta(metric: str) -> Optional[float]:
         if row.get(metric) is None or base.get(metric) is None:
             return None

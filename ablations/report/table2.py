@@ -64,8 +64,10 @@ PAPER = {
 def paper_method_flops(seconds: float, devices: int, flops_per_second: float) -> float:
     """The paper's training cost: time × number of devices × sustained FLOP/s of one device."""
     if seconds < 0 or devices < 1 or flops_per_second <= 0:
-        raise ValueError(f"paper_method_flops: seconds = {seconds}, devices = {devices}, flops_per_second = "
-                         f"{flops_per_second}: expected seconds >= 0, devices >= 1, a positive FLOP/s")
+        raise ValueError(
+            f"paper_method_flops: seconds = {seconds}, devices = {devices}, flops_per_second = "
+            f"{flops_per_second}: expected seconds >= 0, devices >= 1, a positive FLOP/s"
+        )
     return seconds * devices * flops_per_second
 
 
@@ -99,12 +101,18 @@ def run_device(metrics: Mapping[str, Any], sustained: Mapping[str, Mapping[str, 
     name = f"{key[4:]} ({'thread' if cpu else 'GPU'})"
     measured = sustained.get(key)
     if measured and isinstance(measured.get("flops_per_second"), (int, float)):
-        return Device(name, count, float(measured["flops_per_second"]), f"measured: {measured.get('method', '?')}, "
-                      f"{measured.get('measured_at', 'date not recorded')}")
+        return Device(
+            name,
+            count,
+            float(measured["flops_per_second"]),
+            f"measured: {measured.get('method', '?')}, {measured.get('measured_at', 'date not recorded')}",
+        )
     documented = next((value for gpu, value in DOCUMENTED_FLOPS.items() if not cpu and gpu in key), None)
     if documented is not None:
         return Device(name, count, documented, "the paper's estimate")
-    return Device(name, count, None, f"no sustained FLOP/s recorded for {key} (run `ablate complexity` on that machine)")
+    return Device(
+        name, count, None, f"no sustained FLOP/s recorded for {key} (run `ablate complexity` on that machine)"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -163,7 +171,9 @@ def cost_row(result: RowResult, sustained: Mapping[str, Mapping[str, Any]]) -> C
     done = result.done
     devices = sorted({run_device(run.metrics, sustained) for run in done}, key=repr)
     return CostRow(
-        row=result.row.id, status=result.status, seeds=f"{len(done)}/{len(result.runs)}",
+        row=result.row.id,
+        status=result.status,
+        seeds=f"{len(done)}/{len(result.runs)}",
         test_bleu=mean([run.metrics.get("test_bleu") for run in done]),
         test_bleu_tok=mean([run.metrics.get("test_bleu_tok") for run in done]),
         steps=mean([run.metrics.get("steps") for run in done]),
@@ -205,8 +215,10 @@ def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
         if row.device is not None and row.device.flops_per_second is None:
             notes.append(f"{row.row}: {row.device.source}.")
         elif row.device is not None:
-            notes.append(f"{row.row}: {row.device.count} × {row.device.name} at {sci(row.device.flops_per_second)} "
-                         f"FLOP/s ({row.device.source}).")
+            notes.append(
+                f"{row.row}: {row.device.count} × {row.device.name} at {sci(row.device.flops_per_second)} "
+                f"FLOP/s ({row.device.source})."
+            )
         elif row.status != "done":
             notes.append(f"{row.row}: no done run ({row.status}); its measured cells are blank.")
     return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes))
@@ -226,9 +238,11 @@ def papers_runs_counted(sweep: Sweep) -> str:
         params.append(f"{parameter_count(config.model, config.data.vocab_size) / 1e6:.0f}M")
         tokens.append(sci(trained, 1))
         shares.append(f"{100 * flops / PAPER[name].cost:.0f} %")
-    return (f"Paper cost counted by the same rule: base {counted[0]} and big {counted[1]} ({params[0]} and {params[1]} "
-            f"parameters, {tokens[0]} and {tokens[1]} target tokens), i.e. the paper's figures assume about "
-            f"{shares[0]} and {shares[1]} of the P100's {DOCUMENTED_FLOPS['P100'] / 1e12:g} TFLOPS.")
+    return (
+        f"Paper cost counted by the same rule: base {counted[0]} and big {counted[1]} ({params[0]} and {params[1]} "
+        f"parameters, {tokens[0]} and {tokens[1]} target tokens), i.e. the paper's figures assume about "
+        f"{shares[0]} and {shares[1]} of the P100's {DOCUMENTED_FLOPS['P100'] / 1e12:g} TFLOPS."
+    )
 
 
 def sci(value: Optional[float], digits: int = 2) -> str:
@@ -238,15 +252,34 @@ def sci(value: Optional[float], digits: int = 2) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
-COLUMNS = ("model", "BLEU (test)", "BLEU tok (test)", "paper BLEU EN-DE", "steps", "train time (min)",
-           "cost, paper's method (FLOPs)", "cost, counted (FLOPs)", "paper cost (FLOPs)", "seeds")
+COLUMNS = (
+    "model",
+    "BLEU (test)",
+    "BLEU tok (test)",
+    "paper BLEU EN-DE",
+    "steps",
+    "train time (min)",
+    "cost, paper's method (FLOPs)",
+    "cost, counted (FLOPs)",
+    "paper cost (FLOPs)",
+    "seeds",
+)
 
 
 def display(row: CostRow) -> list[str]:
     done = row.status == "done"
-    return [f"Transformer ({row.row})", fixed(row.test_bleu, 1) if done else row.status,
-            fixed(row.test_bleu_tok, 1) if done else row.status, f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
-            fixed(row.train_minutes, 1), sci(row.paper_method), sci(row.counted), sci(row.paper.cost), row.seeds]
+    return [
+        f"Transformer ({row.row})",
+        fixed(row.test_bleu, 1) if done else row.status,
+        fixed(row.test_bleu_tok, 1) if done else row.status,
+        f"{row.paper.bleu:.1f}",
+        fixed(row.steps, 0),
+        fixed(row.train_minutes, 1),
+        sci(row.paper_method),
+        sci(row.counted),
+        sci(row.paper.cost),
+        row.seeds,
+    ]
 
 
 def render_markdown(cost: CostTable) -> str:
@@ -258,25 +291,55 @@ def render_markdown(cost: CostTable) -> str:
 
 
 def render_csv(cost: CostTable) -> str:
-    header = ["row", "status", "seeds", "test_bleu", "test_bleu_tok", "paper_bleu", "steps", "train_seconds",
-              "devices", "device", "sustained_flops_per_second", "cost_paper_method", "cost_counted", "paper_cost"]
+    header = [
+        "row",
+        "status",
+        "seeds",
+        "test_bleu",
+        "test_bleu_tok",
+        "paper_bleu",
+        "steps",
+        "train_seconds",
+        "devices",
+        "device",
+        "sustained_flops_per_second",
+        "cost_paper_method",
+        "cost_counted",
+        "paper_cost",
+    ]
     rows = []
     for row in cost.rows:
         device = row.device
-        rows.append([row.row, row.status, row.seeds, fixed(row.test_bleu, 4), fixed(row.test_bleu_tok, 4),
-                     f"{row.paper.bleu:.1f}", fixed(row.steps, 0),
-                     "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
-                     "" if device is None else str(device.count), "" if device is None else device.name,
-                     "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
-                     "" if row.paper_method is None else f"{row.paper_method:.4e}",
-                     "" if row.counted is None else f"{row.counted:.4e}", f"{row.paper.cost:.4e}"])
+        rows.append(
+            [
+                row.row,
+                row.status,
+                row.seeds,
+                fixed(row.test_bleu, 4),
+                fixed(row.test_bleu_tok, 4),
+                f"{row.paper.bleu:.1f}",
+                fixed(row.steps, 0),
+                "" if row.train_minutes is None else f"{row.train_minutes * 60:.1f}",
+                "" if device is None else str(device.count),
+                "" if device is None else device.name,
+                "" if device is None or device.flops_per_second is None else f"{device.flops_per_second:.4e}",
+                "" if row.paper_method is None else f"{row.paper_method:.4e}",
+                "" if row.counted is None else f"{row.counted:.4e}",
+                f"{row.paper.cost:.4e}",
+            ]
+        )
     return csv_text(header, rows)
 
 
 def render_tex(cost: CostTable) -> str:
     body = [r"\midrule"] + [tex_row(escape_tex(cell) for cell in display(row)) for row in cost.rows]
-    return tex_table(f"Table 2 at scale {cost.scale}", "l" + "r" * (len(COLUMNS) - 2) + "l",
-                     [escape_tex(c) for c in COLUMNS], body, cost.notes)
+    return tex_table(
+        f"Table 2 at scale {cost.scale}",
+        "l" + "r" * (len(COLUMNS) - 2) + "l",
+        [escape_tex(c) for c in COLUMNS],
+        body,
+        cost.notes,
+    )
 
 
 def write_cost_table(cost: CostTable, out: str | Path) -> list[Path]:

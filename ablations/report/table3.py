@@ -22,10 +22,20 @@ from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
 from ..records import write_renderings
 from ..sweep import Row, Scale, Sweep, load_sweep, paper_units, scales_for
-from .collect import (BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, REFERENCES_FILE, References, RunRecord, Significance,
-                      collect, compare_to_base, load_references, publish_finished, records_dir)
+from .collect import (
+    BOOTSTRAP_SAMPLES,
+    BOOTSTRAP_SEED,
+    REFERENCES_FILE,
+    References,
+    RunRecord,
+    Significance,
+    collect,
+    compare_to_base,
+    load_references,
+    publish_finished,
+    records_dir,
+)
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, signed, tex_row, tex_table
-
 
 # --------------------------------------------------------------------------------------------------------------
 # The table as data
@@ -112,8 +122,18 @@ PAPER_COLUMNS = (
     ("train_steps", "train steps", "train steps"),
 )
 # The config fields those columns show; any other field that varies across rows gets a column of its own.
-PAPER_FIELDS = {"model.N", "model.d_model", "model.d_ff", "model.h", "model.d_k", "model.d_v", "model.P_drop",
-                "train.eps_ls", "model.positional", "train.max_steps"}
+PAPER_FIELDS = {
+    "model.N",
+    "model.d_model",
+    "model.d_ff",
+    "model.h",
+    "model.d_k",
+    "model.d_v",
+    "model.P_drop",
+    "train.eps_ls",
+    "model.positional",
+    "train.max_steps",
+}
 
 
 def plain(value: Any) -> str:
@@ -139,9 +159,16 @@ def varying_fields(configs: Sequence[RunConfig]) -> tuple[str, ...]:
 def paper_unit_cells(config: RunConfig, extra: Sequence[str]) -> dict[str, str]:
     model = config.model
     cells = {
-        "N": str(model.N), "d_model": str(model.d_model), "d_ff": str(model.d_ff), "h": str(model.h),
-        "d_k": str(model.head_dim_k), "d_v": str(model.head_dim_v), "P_drop": plain(model.P_drop),
-        "eps_ls": plain(config.train.eps_ls), "positional": model.positional, "train_steps": steps_label(config.train.max_steps),
+        "N": str(model.N),
+        "d_model": str(model.d_model),
+        "d_ff": str(model.d_ff),
+        "h": str(model.h),
+        "d_k": str(model.head_dim_k),
+        "d_v": str(model.head_dim_v),
+        "P_drop": plain(model.P_drop),
+        "eps_ls": plain(config.train.eps_ls),
+        "positional": model.positional,
+        "train_steps": steps_label(config.train.max_steps),
     }
     values = flat(config)
     cells.update({key: plain(values[key]) for key in extra})
@@ -173,8 +200,9 @@ def summarize(row: Row, runs: Sequence[RunRecord], cells: Mapping[str, str]) -> 
     return RowResult(row, dict(cells), tuple(runs), stats)
 
 
-def build_table(sweep_path: str | Path, scale_name: str, runs: str | Path = "runs",
-                out: str | Path = "results") -> Table:
+def build_table(
+    sweep_path: str | Path, scale_name: str, runs: str | Path = "runs", out: str | Path = "results"
+) -> Table:
     """Collect and publish the records, then summarise every row and test it against base."""
     sweep = load_sweep(sweep_path)
     scales = scales_for(sweep_path)
@@ -195,8 +223,9 @@ def build_table(sweep_path: str | Path, scale_name: str, runs: str | Path = "run
         result if result is base else replace(result, significance=compare_to_base(base.runs, result.runs, references))
         for result in summaries.values()
     )
-    return Table(sweep, scale, extra, base, results, header_lines(sweep, scale, records),
-                 notes(sweep, scale, base, results))
+    return Table(
+        sweep, scale, extra, base, results, header_lines(sweep, scale, records), notes(sweep, scale, base, results)
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -228,16 +257,30 @@ def describe_hardware(run: RunRecord) -> str:
 
 def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tuple[tuple[str, str], ...]:
     done = [run for run in records if run.done]
-    counts = {status: sum(run.status == status for run in records) for status in sorted({run.status for run in records})}
+    counts = {
+        status: sum(run.status == status for run in records) for status in sorted({run.status for run in records})
+    }
     return (
-        ("Sweep", f"{sweep.name} ({sweep.path.name}): {sweep.description or 'no description'}; "
-                  f"{len(sweep.rows)} rows, seeds {', '.join(map(str, sweep.seeds))}"),
-        ("Scale", f"{scale.name}: {scale.description or 'no description'}; widths ÷ {scale.width_divisor}, "
-                  f"{scale.describe_steps()}"),
-        ("Scale settings", ", ".join(f"{key}={plain(value)}" for key, value in sorted(scale.settings.items())) or "none"),
+        (
+            "Sweep",
+            f"{sweep.name} ({sweep.path.name}): {sweep.description or 'no description'}; "
+            f"{len(sweep.rows)} rows, seeds {', '.join(map(str, sweep.seeds))}",
+        ),
+        (
+            "Scale",
+            f"{scale.name}: {scale.description or 'no description'}; widths ÷ {scale.width_divisor}, "
+            f"{scale.describe_steps()}",
+        ),
+        (
+            "Scale settings",
+            ", ".join(f"{key}={plain(value)}" for key, value in sorted(scale.settings.items())) or "none",
+        ),
         ("Data", distinct([describe_data(run.spec.config.data) for run in records], "none")),
         ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
-        ("Code commit", distinct([run.metrics.get("commit") or run.meta.get("commit") or "unknown" for run in done], "unknown")),
+        (
+            "Code commit",
+            distinct([run.metrics.get("commit") or run.meta.get("commit") or "unknown" for run in done], "unknown"),
+        ),
         ("sacreBLEU", distinct([run.metrics.get("sacrebleu_signature") for run in done], "not recorded")),
         ("Tokenized BLEU", distinct([run.metrics.get("bleu_tok_signature") for run in done], "not recorded")),
         ("Averaged checkpoints", distinct([run.metrics.get("averaged_checkpoints") for run in done], "not recorded")),
@@ -259,9 +302,11 @@ def sign_agreement(base: RowResult, results: Sequence[RowResult]) -> Optional[st
     judged = sum(map(len, verdicts.values()))
     if not judged:
         return None
-    return (f"Sign of Δ BLEU against the paper's Δ (rows where both exist and the paper's is not 0): agrees for "
-            f"{len(verdicts['agrees'])} of {judged} ({', '.join(verdicts['agrees']) or 'none'}); disagrees for "
-            f"{', '.join(verdicts['disagrees']) or 'none'}.")
+    return (
+        f"Sign of Δ BLEU against the paper's Δ (rows where both exist and the paper's is not 0): agrees for "
+        f"{len(verdicts['agrees'])} of {judged} ({', '.join(verdicts['agrees']) or 'none'}); disagrees for "
+        f"{', '.join(verdicts['disagrees']) or 'none'}."
+    )
 
 
 def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResult]) -> tuple[str, ...]:
@@ -359,19 +404,27 @@ def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[
         else:
             cells[key] = fixed(result.mean(key), digits)
     paper, delta = result.row.paper, deltas(result, base)
-    cells.update({
-        "paper_ppl": fixed(paper.ppl, 2), "paper_bleu": fixed(paper.bleu, 1),
-        "paper_params_m": "" if paper.params_m is None else f"{paper.params_m:g}",
-        "delta_ppl": signed(delta["delta_ppl"], 2), "paper_delta_ppl": signed(delta["paper_delta_ppl"], 2),
-        "delta_bleu": signed(delta["delta_bleu"], 1), "paper_delta_bleu": signed(delta["paper_delta_bleu"], 1),
-        "p_value": p_cell(result.significance), "seeds": seeds_cell(result),
-    })
+    cells.update(
+        {
+            "paper_ppl": fixed(paper.ppl, 2),
+            "paper_bleu": fixed(paper.bleu, 1),
+            "paper_params_m": "" if paper.params_m is None else f"{paper.params_m:g}",
+            "delta_ppl": signed(delta["delta_ppl"], 2),
+            "paper_delta_ppl": signed(delta["paper_delta_ppl"], 2),
+            "delta_bleu": signed(delta["delta_bleu"], 1),
+            "paper_delta_bleu": signed(delta["paper_delta_bleu"], 1),
+            "p_value": p_cell(result.significance),
+            "seeds": seeds_cell(result),
+        }
+    )
     return cells
 
 
 def display_rows(table: Table) -> list[dict[str, str]]:
     groups = [result.row.group for result in table.rows]
-    return [display_cells(result, table.base, i == 0 or groups[i] != groups[i - 1]) for i, result in enumerate(table.rows)]
+    return [
+        display_cells(result, table.base, i == 0 or groups[i] != groups[i - 1]) for i, result in enumerate(table.rows)
+    ]
 
 
 def title(table: Table) -> str:
@@ -382,8 +435,11 @@ def render_markdown(table: Table) -> str:
     cols = columns(table)
     lines = [f"# {title(table)}", ""]
     lines += [f"- **{label}**: {escape_markdown(value)}" for label, value in table.header]
-    lines += [""] + markdown_table([c.label for c in cols], [c.align for c in cols],
-                                   ([escape_markdown(cells[c.key]) for c in cols] for cells in display_rows(table)))
+    lines += [""] + markdown_table(
+        [c.label for c in cols],
+        [c.align for c in cols],
+        ([escape_markdown(cells[c.key]) for c in cols] for cells in display_rows(table)),
+    )
     lines += ["", "Notes:", ""] + [f"- {escape_markdown(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
 
@@ -404,20 +460,42 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
     paper = [key for key, _, _ in PAPER_COLUMNS] + list(table.extra_columns)
     header = ["group", "row", *paper, "status", "seeds_done", "seeds_expected"]
     header += [name for key in MEASURES for name in (key, f"{key}_std")]
-    header += ["delta_ppl", "delta_bleu", "p_value", "p_seed", "paper_ppl", "paper_bleu", "paper_params_m",
-               "paper_delta_ppl", "paper_delta_bleu"]
+    header += [
+        "delta_ppl",
+        "delta_bleu",
+        "p_value",
+        "p_seed",
+        "paper_ppl",
+        "paper_bleu",
+        "paper_params_m",
+        "paper_delta_ppl",
+        "paper_delta_bleu",
+    ]
     rows = []
     for result in table.rows:
-        line = [result.row.group, result.row.id, *(result.paper_units[key] for key in paper),
-                result.status, str(len(result.done)), str(len(result.runs))]
+        line = [
+            result.row.group,
+            result.row.id,
+            *(result.paper_units[key] for key in paper),
+            result.status,
+            str(len(result.done)),
+            str(len(result.runs)),
+        ]
         for key in MEASURES:
             value = result.stats[key]
             line += ["", ""] if value is None else [csv_number(value.mean), csv_number(value.std)]
         significance, figures, delta = result.significance, result.row.paper, deltas(result, table.base)
-        line += [csv_number(delta["delta_ppl"]), csv_number(delta["delta_bleu"]), csv_number(significance.p_value),
-                 "" if significance.seed is None else str(significance.seed),
-                 csv_number(figures.ppl), csv_number(figures.bleu), csv_number(figures.params_m),
-                 csv_number(delta["paper_delta_ppl"]), csv_number(delta["paper_delta_bleu"])]
+        line += [
+            csv_number(delta["delta_ppl"]),
+            csv_number(delta["delta_bleu"]),
+            csv_number(significance.p_value),
+            "" if significance.seed is None else str(significance.seed),
+            csv_number(figures.ppl),
+            csv_number(figures.bleu),
+            csv_number(figures.params_m),
+            csv_number(delta["paper_delta_ppl"]),
+            csv_number(delta["paper_delta_bleu"]),
+        ]
         rows.append(line)
     return header, rows
 

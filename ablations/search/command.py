@@ -46,7 +46,7 @@ def best_sweep(search: Search, params: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": f"{search.name}_best",
         "description": f"Best trial of search {search.name}: {search.sweep.name} row {search.row.id} at scale "
-                       f"{search.scale.name}, searched {', '.join(params)}",
+        f"{search.scale.name}, searched {', '.join(params)}",
         "seeds": list(search.sweep.seeds),
         "base": base,
         "rows": [{"id": "best", "group": "best", "overrides": {}}],
@@ -60,10 +60,12 @@ def write_best(search: Search, study, out: Path) -> Optional[Path]:
         return None
     document = best_sweep(search, best.params)
     path = Path(out) / f"{search.name}_best.yaml"
-    header = (f"# Written by `ablate search` from trial {best.number} of study {search.name!r}: "
-              f"{search.metric} = {best.value:.6g} ({search.direction}).\n"
-              f"# Params (run units at scale {search.scale.name}): {json.dumps(best.params)}\n"
-              f"# Train it: ablate sweep {path} --scale {search.scale.name}\n")
+    header = (
+        f"# Written by `ablate search` from trial {best.number} of study {search.name!r}: "
+        f"{search.metric} = {best.value:.6g} ({search.direction}).\n"
+        f"# Params (run units at scale {search.scale.name}): {json.dumps(best.params)}\n"
+        f"# Train it: ablate sweep {path} --scale {search.scale.name}\n"
+    )
     write_atomic(path, header + yaml.safe_dump(document, sort_keys=False))
     scales_src = search.sweep.path.parent / "scales.yaml"
     scales_dst = path.parent / "scales.yaml"
@@ -78,8 +80,11 @@ def write_best(search: Search, study, out: Path) -> Optional[Path]:
         again = resolve(sweep, sweep.row("best"), scales[search.scale.name], search.seed)
         expected = best.user_attrs.get("run_id") or search.config(best.params).run_id()
         if again.run_id() != expected:
-            print(f"warning: {path} at scale {search.scale.name} resolves to run {again.run_id()}, not the best "
-                  f"trial's {expected} (a value did not convert to paper units exactly)", file=sys.stderr)
+            print(
+                f"warning: {path} at scale {search.scale.name} resolves to run {again.run_id()}, not the best "
+                f"trial's {expected} (a value did not convert to paper units exactly)",
+                file=sys.stderr,
+            )
     return path
 
 
@@ -90,9 +95,17 @@ def summary(study) -> dict[str, int]:
     return counts
 
 
-def run_search(search_path: str | Path, trials: Optional[int] = None, storage: Optional[str] = None,
-               workers: int = 1, scale: Optional[str] = None, out: str | Path = "runs/search", sampler: str = "tpe",
-               trial_timeout: Optional[float] = None, sets: Optional[Mapping[str, Any]] = None) -> int:
+def run_search(
+    search_path: str | Path,
+    trials: Optional[int] = None,
+    storage: Optional[str] = None,
+    workers: int = 1,
+    scale: Optional[str] = None,
+    out: str | Path = "runs/search",
+    sampler: str = "tpe",
+    trial_timeout: Optional[float] = None,
+    sets: Optional[Mapping[str, Any]] = None,
+) -> int:
     """`ablate search`: 0 when the study holds N finished trials and a best one; 1 otherwise; 130 if stopped."""
     import optuna
     from optuna.trial import TrialState
@@ -122,12 +135,28 @@ def run_search(search_path: str | Path, trials: Optional[int] = None, storage: O
     if stale:
         print(f"marked stale trial(s) {', '.join(map(str, stale))} failed (their worker is gone)", flush=True)
     before = sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
-    print(f"search {search.name}: {search.sweep.name} row {search.row.id} at scale {search.scale.name}, "
-          f"{search.metric} ({search.direction}), {trials} trials ({before} already in the study), {workers} worker(s), "
-          f"sampler {sampler}, storage {spec}", flush=True)
+    print(
+        f"search {search.name}: {search.sweep.name} row {search.row.id} at scale {search.scale.name}, "
+        f"{search.metric} ({search.direction}), {trials} trials ({before} already in the study), {workers} worker(s), "
+        f"sampler {sampler}, storage {spec}",
+        flush=True,
+    )
     slots = make_slots(workers)
-    plans = [WorkerPlan(str(search.path), search.scale.name, spec, str(out), trials, sampler, s, dict(search.sets),
-                        train_command, trial_timeout) for s in slots]
+    plans = [
+        WorkerPlan(
+            str(search.path),
+            search.scale.name,
+            spec,
+            str(out),
+            trials,
+            sampler,
+            s,
+            dict(search.sets),
+            train_command,
+            trial_timeout,
+        )
+        for s in slots
+    ]
     stopped = False
     if workers == 1:
         try:
@@ -136,8 +165,10 @@ def run_search(search_path: str | Path, trials: Optional[int] = None, storage: O
             stopped = True
     else:
         context = multiprocessing.get_context("spawn")
-        processes = [context.Process(target=worker_main, args=(plan,), name=f"ablate-search-worker-{plan.slot.index}")
-                     for plan in plans]
+        processes = [
+            context.Process(target=worker_main, args=(plan,), name=f"ablate-search-worker-{plan.slot.index}")
+            for plan in plans
+        ]
         previous = signal.signal(signal.SIGTERM, raise_interrupt) if on_main_thread() else None
         try:
             for process in processes:
@@ -165,13 +196,19 @@ def run_search(search_path: str | Path, trials: Optional[int] = None, storage: O
         fail_stale_trials(study, spec)  # a worker that died mid-trial
     counts = summary(study)
     finished = sum(counts.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
-    print(f"search {search.name}: {finished} finished trials ({', '.join(f'{n} {s.lower()}' for s, n in sorted(counts.items()))})", flush=True)
+    print(
+        f"search {search.name}: {finished} finished trials ({', '.join(f'{n} {s.lower()}' for s, n in sorted(counts.items()))})",
+        flush=True,
+    )
     path = write_best(search, study, out)
     if path is None:
         print("no trial completed: no best trial", flush=True)
     else:
         best = study.best_trial
-        print(f"best: trial {best.number}, {search.metric} = {best.value:.6g}, params {json.dumps(best.params)}", flush=True)
+        print(
+            f"best: trial {best.number}, {search.metric} = {best.value:.6g}, params {json.dumps(best.params)}",
+            flush=True,
+        )
         print(f"      run {best.user_attrs.get('run_dir')}", flush=True)
         print(f"      sweep file: {path} (ablate sweep {path} --scale {search.scale.name})", flush=True)
     if stopped:

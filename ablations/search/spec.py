@@ -17,14 +17,31 @@ METRICS = {  # metrics.json key -> (direction, metric the LightningModule logs a
     "dev_ppl": ("minimize", "dev/ppl"),
 }
 
-FILE_KEYS = ("name", "description", "sweep", "row", "scale", "seed", "metric", "direction", "budget", "pruner",
-             "sampler_seed", "params")
+FILE_KEYS = (
+    "name",
+    "description",
+    "sweep",
+    "row",
+    "scale",
+    "seed",
+    "metric",
+    "direction",
+    "budget",
+    "pruner",
+    "sampler_seed",
+    "params",
+)
 
-DIST_KEYS = {"float": ("type", "low", "high", "log", "step"), "int": ("type", "low", "high", "log", "step"),
-             "categorical": ("type", "choices")}
+DIST_KEYS = {
+    "float": ("type", "low", "high", "log", "step"),
+    "int": ("type", "low", "high", "log", "step"),
+    "categorical": ("type", "choices"),
+}
 
-PRUNERS = {"median": ("type", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"),
-           "none": ("type",)}
+PRUNERS = {
+    "median": ("type", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"),
+    "none": ("type",),
+}
 
 
 @dataclass(frozen=True)
@@ -38,13 +55,19 @@ class Param:
 
         kind = self.spec["type"]
         if kind == "float":
-            return d.FloatDistribution(self.spec["low"], self.spec["high"], log=self.spec.get("log", False), step=self.spec.get("step"))
+            return d.FloatDistribution(
+                self.spec["low"], self.spec["high"], log=self.spec.get("log", False), step=self.spec.get("step")
+            )
         if kind == "int":
-            return d.IntDistribution(self.spec["low"], self.spec["high"], log=self.spec.get("log", False), step=self.spec.get("step", 1))
+            return d.IntDistribution(
+                self.spec["low"], self.spec["high"], log=self.spec.get("log", False), step=self.spec.get("step", 1)
+            )
         return d.CategoricalDistribution(list(self.spec["choices"]))
 
     def corners(self) -> list[Any]:
-        return list(self.spec["choices"]) if self.spec["type"] == "categorical" else [self.spec["low"], self.spec["high"]]
+        return (
+            list(self.spec["choices"]) if self.spec["type"] == "categorical" else [self.spec["low"], self.spec["high"]]
+        )
 
 
 @dataclass(frozen=True)
@@ -148,8 +171,14 @@ def _validate_pruner(raw: Any, where: str) -> dict[str, Any]:
     if extra:
         raise ValueError(f"{where}: unknown key {extra[0]!r} for type {kind}; valid keys: {', '.join(PRUNERS[kind])}")
     for key in PRUNERS[kind][1:]:
-        if key in raw and not (is_integer(raw[key]) and raw[key] >= (1 if key in ("interval_steps", "n_min_trials") else 0)):
-            _fail(f"{where}.{key}", raw[key], "a non-negative integer" if key in ("n_startup_trials", "n_warmup_steps") else "a positive integer")
+        if key in raw and not (
+            is_integer(raw[key]) and raw[key] >= (1 if key in ("interval_steps", "n_min_trials") else 0)
+        ):
+            _fail(
+                f"{where}.{key}",
+                raw[key],
+                "a non-negative integer" if key in ("n_startup_trials", "n_warmup_steps") else "a positive integer",
+            )
     return {"type": kind, **{k: v for k, v in raw.items() if k != "type"}}
 
 
@@ -177,7 +206,9 @@ def load_search(path: str | Path, scale: Optional[str] = None, sets: Optional[Ma
         _fail(f"{path}: sweep", data.get("sweep"), "the path of a sweep file, e.g. sweeps/table3.yaml")
     sweep_path = _sweep_path(data["sweep"], path)
     if not sweep_path.exists():
-        raise ValueError(f"{path}: sweep = {data['sweep']!r}: no such file (looked beside the search file and in {Path.cwd()})")
+        raise ValueError(
+            f"{path}: sweep = {data['sweep']!r}: no such file (looked beside the search file and in {Path.cwd()})"
+        )
     sweep = load_sweep(sweep_path)
     row_id = data.get("row", sweep.rows[0].id)
     if not isinstance(row_id, str):
@@ -227,8 +258,22 @@ def load_search(path: str | Path, scale: Optional[str] = None, sets: Optional[Ma
         target = canonical_key(str(key), f"--set {key}")
         if target in targets:
             raise ValueError(f"--set {key}: params.{targets[target]} searches that field; do not fix it too")
-    search = Search(path, name, str(data.get("description", "")), sweep, row, scale_preset, seed, metric,
-                    direction, budget, pruner, sampler_seed, tuple(params), sets)
+    search = Search(
+        path,
+        name,
+        str(data.get("description", "")),
+        sweep,
+        row,
+        scale_preset,
+        seed,
+        metric,
+        direction,
+        budget,
+        pruner,
+        sampler_seed,
+        tuple(params),
+        sets,
+    )
     try:
         search.config({})
     except ValueError as error:
@@ -238,5 +283,7 @@ def load_search(path: str | Path, scale: Optional[str] = None, sets: Optional[Ma
             try:
                 search.config({param.key: value})
             except ValueError as error:
-                raise ValueError(f"{path}: params.{param.key} = {value!r} gives an invalid run config: {error}") from None
+                raise ValueError(
+                    f"{path}: params.{param.key} = {value!r} gives an invalid run config: {error}"
+                ) from None
     return search

@@ -24,15 +24,17 @@ def storage_spec(storage: Optional[str], out: Path, name: str) -> str:
     if not storage:
         return f"sqlite:///{(Path(out) / f'{name}.db').absolute()}"
     if storage.startswith("journal:"):
-        return "journal:" + str(Path(storage[len("journal:"):]).absolute())
+        return "journal:" + str(Path(storage[len("journal:") :]).absolute())
     if storage.endswith(".journal") and "://" not in storage:
         return "journal:" + str(Path(storage).absolute())
     if storage.startswith("sqlite:///") and not storage.startswith("sqlite:////") and storage != "sqlite:///:memory:":
-        return "sqlite:///" + str(Path(storage[len("sqlite:///"):]).absolute())
+        return "sqlite:///" + str(Path(storage[len("sqlite:///") :]).absolute())
     if "://" in storage:
         return storage
-    raise ValueError(f"--storage {storage!r}: expected an SQLAlchemy URL (sqlite:///F.db, postgresql://...), "
-                     "journal:PATH or a PATH ending in .journal")
+    raise ValueError(
+        f"--storage {storage!r}: expected an SQLAlchemy URL (sqlite:///F.db, postgresql://...), "
+        "journal:PATH or a PATH ending in .journal"
+    )
 
 
 def open_storage(spec: str):
@@ -41,11 +43,11 @@ def open_storage(spec: str):
     if spec.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 
-        path = Path(spec[len("journal:"):])
+        path = Path(spec[len("journal:") :])
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     if spec.startswith("sqlite:"):
-        Path(spec[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         # Several processes write (workers, training processes reporting): wait for the lock, not fail at once.
         return optuna.storages.RDBStorage(spec, engine_kwargs={"connect_args": {"timeout": 60}})
     return optuna.storages.RDBStorage(postgres_driver(spec), engine_kwargs={"pool_pre_ping": True})
@@ -59,7 +61,7 @@ def postgres_driver(url: str) -> str:
     import importlib.util
 
     if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
-        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+        return "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
 
 
@@ -86,8 +88,10 @@ def make_sampler(kind: str, seed: int):
 def grid_space(search: Search) -> dict[str, list]:
     bad = [p.key for p in search.params if p.spec["type"] != "categorical"]
     if bad:
-        raise ValueError(f"--sampler grid searches categorical params only (explicit lists); "
-                         f"params.{bad[0]} is of type {search.params[[p.key for p in search.params].index(bad[0])].spec['type']}")
+        raise ValueError(
+            f"--sampler grid searches categorical params only (explicit lists); "
+            f"params.{bad[0]} is of type {search.params[[p.key for p in search.params].index(bad[0])].spec['type']}"
+        )
     return {p.key: list(p.spec["choices"]) for p in search.params}
 
 
@@ -115,9 +119,16 @@ def numbered_trial(spec: str, study, number: int):
 
 def _identity(search: Search, sampler: str) -> dict[str, Any]:
     """What must not change when a study is continued."""
-    return {"params": {p.key: dict(p.spec) for p in search.params}, "metric": search.metric,
-            "sweep": search.sweep.name, "row": search.row.id, "scale": search.scale.name, "seed": search.seed,
-            "sampler": sampler, "sets": {str(k): v for k, v in search.sets.items()}}
+    return {
+        "params": {p.key: dict(p.spec) for p in search.params},
+        "metric": search.metric,
+        "sweep": search.sweep.name,
+        "row": search.row.id,
+        "scale": search.scale.name,
+        "seed": search.seed,
+        "sampler": sampler,
+        "sets": {str(k): v for k, v in search.sets.items()},
+    }
 
 
 def create_study(search: Search, spec: str, sampler: str):
@@ -125,17 +136,26 @@ def create_study(search: Search, spec: str, sampler: str):
     import optuna
 
     storage = open_storage(spec)
-    study = optuna.create_study(study_name=search.name, storage=storage, direction=search.direction,
-                                pruner=make_pruner(search.pruner), load_if_exists=True)
+    study = optuna.create_study(
+        study_name=search.name,
+        storage=storage,
+        direction=search.direction,
+        pruner=make_pruner(search.pruner),
+        load_if_exists=True,
+    )
     if study.direction.name.lower() != search.direction:
-        raise ValueError(f"study {search.name!r} in {spec} exists with direction {study.direction.name.lower()}, "
-                         f"not {search.direction}; use another name or --storage")
+        raise ValueError(
+            f"study {search.name!r} in {spec} exists with direction {study.direction.name.lower()}, "
+            f"not {search.direction}; use another name or --storage"
+        )
     identity = _identity(search, sampler)
     previous = study.user_attrs.get(ATTR + "identity")
     if previous is not None and previous != identity:
         changed = sorted(k for k in identity if previous.get(k) != identity.get(k))
-        raise ValueError(f"study {search.name!r} in {spec} exists with a different {', '.join(changed)}; "
-                         "use another name or --storage to start a new study")
+        raise ValueError(
+            f"study {search.name!r} in {spec} exists with a different {', '.join(changed)}; "
+            "use another name or --storage to start a new study"
+        )
     if previous is None:
         study.set_user_attr(ATTR + "identity", identity)
         study.set_user_attr(ATTR + "pruner", dict(search.pruner))
@@ -156,7 +176,8 @@ def fail_stale_trials(study, spec: str) -> list[int]:
         if attrs.get("host") == host and isinstance(pid, int) and not pid_alive(pid):
             try:
                 numbered_trial(spec, study, trial.number).set_user_attr(
-                    "reason", f"stale: its worker (pid {attrs['worker_pid']}) is gone")
+                    "reason", f"stale: its worker (pid {attrs['worker_pid']}) is gone"
+                )
                 study.tell(trial.number, state=TrialState.FAIL)
                 failed.append(trial.number)
             except Exception as error:  # finished meanwhile

@@ -57,7 +57,9 @@ class OptunaPruning(Callback):
             metric = trainer.callback_metrics.get(self.monitor)
             if metric is None:
                 if not self.warned:
-                    print(f"optuna: {self.monitor!r} was not logged at this validation; nothing reported", file=sys.stderr)
+                    print(
+                        f"optuna: {self.monitor!r} was not logged at this validation; nothing reported", file=sys.stderr
+                    )
                     self.warned = True
             else:
                 value = float(metric)

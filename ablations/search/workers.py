@@ -48,20 +48,32 @@ def run_trial(search: Search, study, trial, plan: WorkerPlan) -> tuple[str, Opti
     config = search.config(params)
     run_id = config.run_id()
     run_dir = (Path(plan.out) / search.name / f"trial-{trial.number}-{run_id}").absolute()
-    meta = {"sweep": search.name, "row": f"trial-{trial.number}", "group": search.row.id, "scale": search.scale.name,
-            "run_id": run_id, "search": search.name, "base_sweep": search.sweep.name, "base_row": search.row.id,
-            "trial": trial.number, "params": params}
+    meta = {
+        "sweep": search.name,
+        "row": f"trial-{trial.number}",
+        "group": search.row.id,
+        "scale": search.scale.name,
+        "run_id": run_id,
+        "search": search.name,
+        "base_sweep": search.sweep.name,
+        "base_row": search.row.id,
+        "trial": trial.number,
+        "params": params,
+    }
     write_config(run_dir, config, meta)
     trial.set_user_attr("run_dir", str(run_dir))
     trial.set_user_attr("run_id", run_id)
     argv = plan.command(run_dir / CONFIG_FILE, run_dir)
     with open(run_dir / LOG_FILE, "ab") as log:
-        log.write(f"\n=== ablate search {search.name} trial {trial.number} worker {plan.slot.index} pid {os.getpid()} "
-                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(argv)}\n".encode())
+        log.write(
+            f"\n=== ablate search {search.name} trial {trial.number} worker {plan.slot.index} pid {os.getpid()} "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(argv)}\n".encode()
+        )
         log.flush()
         env = child_env(plan.slot, {STORAGE_ENV: plan.storage, STUDY_ENV: search.name, TRIAL_ENV: str(trial.number)})
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         try:
             code = process.wait(timeout=plan.trial_timeout)
         except subprocess.TimeoutExpired:
@@ -72,8 +84,10 @@ def run_trial(search: Search, study, trial, plan: WorkerPlan) -> tuple[str, Opti
             raise
     record = read_metrics(run_dir) or {}
     if code == PRUNED_EXIT:
-        note = next((line for line in reversed(log_tail(run_dir / LOG_FILE)) if line.startswith("pruned by optuna")),
-                    "pruned by optuna")
+        note = next(
+            (line for line in reversed(log_tail(run_dir / LOG_FILE)) if line.startswith("pruned by optuna")),
+            "pruned by optuna",
+        )
         update_metrics(run_dir, status="failed", reason=note, pruned=True, failed_at=time.time())
         return "pruned", None, note
     value = record.get(search.metric)
@@ -93,8 +107,9 @@ def run_trial(search: Search, study, trial, plan: WorkerPlan) -> tuple[str, Opti
     else:
         reason = record.get("reason") or describe_exit(code)
     if record.get("status") not in ("failed", "diverged"):
-        update_metrics(run_dir, status="failed", reason=reason, log_tail=log_tail(run_dir / LOG_FILE),
-                       failed_at=time.time())
+        update_metrics(
+            run_dir, status="failed", reason=reason, log_tail=log_tail(run_dir / LOG_FILE), failed_at=time.time()
+        )
     return "fail", None, reason
 
 

@@ -69,7 +69,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.lengths_src = np.asarray(lengths_src, dtype=np.int64)
         self.lengths_tgt = np.asarray(lengths_tgt, dtype=np.int64)
         if self.lengths_src.shape != self.lengths_tgt.shape or self.lengths_src.ndim != 1:
-            raise ValueError(f"lengths_src and lengths_tgt must be 1-d and equally long, got {self.lengths_src.shape} and {self.lengths_tgt.shape}")
+            raise ValueError(
+                f"lengths_src and lengths_tgt must be 1-d and equally long, got {self.lengths_src.shape} and {self.lengths_tgt.shape}"
+            )
         if len(self.lengths_src) == 0:
             raise ValueError("no examples to batch")
         if max_tokens <= 0:
@@ -108,7 +110,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         perm = np.random.default_rng([self.seed, 0x5EED, epoch]).permutation(n)
         chunk = self.sort_chunk or n
         # lexsort is stable: pairs of equal lengths stay in random order
-        return np.concatenate([self._sort(perm[start: start + chunk]) for start in range(0, n, chunk)])
+        return np.concatenate([self._sort(perm[start : start + chunk]) for start in range(0, n, chunk)])
 
     def _pack(self, order: np.ndarray) -> list[np.ndarray]:
         ls, lt = self.lengths_src.tolist(), self.lengths_tgt.tolist()
@@ -120,8 +122,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             s, t = ls[i], lt[i]
             if s > budget or t > budget:
                 if self.oversize == "error":
-                    raise ValueError(f"example {i} has lengths (source {s}, target {t}) over max_tokens = {budget}; "
-                                     "filter long pairs first or raise the token budget")
+                    raise ValueError(
+                        f"example {i} has lengths (source {s}, target {t}) over max_tokens = {budget}; "
+                        "filter long pairs first or raise the token budget"
+                    )
                 batches.append([i])
                 continue
             n = len(cur) + 1
@@ -145,7 +149,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             if sizes[j] < 2:
                 break
             b = batches[j]
-            batches[j: j + 1] = [b[: len(b) // 2], b[len(b) // 2:]]
+            batches[j : j + 1] = [b[: len(b) // 2], b[len(b) // 2 :]]
             extra -= 1
         if extra:  # every batch holds one pair: repeat from the start
             batches = batches + [batches[k % len(batches)] for k in range(extra)]
@@ -165,7 +169,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     def batches(self, epoch: Optional[int] = None) -> list[list[int]]:
         """This rank's batches of an epoch, as lists of example indices."""
-        return [b.tolist() for b in self.global_batches(epoch)[self.rank:: self.world_size]]
+        return [b.tolist() for b in self.global_batches(epoch)[self.rank :: self.world_size]]
 
     # -- Sampler protocol -----------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

@@ -64,4 +64,3 @@ def publish(tmp: Path, final: Path) -> None:
         if not final.is_dir():
             raise
         shutil.rmtree(tmp, ignore_errors=True)
-

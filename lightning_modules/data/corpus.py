@@ -82,14 +82,22 @@ def resolve_splits(
     """
     directory = Path(directory).expanduser()
     if not directory.is_dir():
-        raise CorpusError(f"corpus directory {directory} does not exist (expected files like {directory / f'{train}.{src_lang}'})")
+        raise CorpusError(
+            f"corpus directory {directory} does not exist (expected files like {directory / f'{train}.{src_lang}'})"
+        )
     if src_lang == tgt_lang:
         raise CorpusError(f"source and target language are both {src_lang!r}; files are named {{split}}.{{lang}}")
     train_files = require_split(_split_files(directory, train, src_lang, tgt_lang), "train")
-    dev_files = (require_split(_split_files(directory, dev, src_lang, tgt_lang), "dev") if dev
-                 else _first_existing(directory, DEV_CANDIDATES, src_lang, tgt_lang, "dev"))
-    test_files = (require_split(_split_files(directory, test, src_lang, tgt_lang), "test") if test
-                  else _first_existing(directory, TEST_CANDIDATES, src_lang, tgt_lang, "test"))
+    dev_files = (
+        require_split(_split_files(directory, dev, src_lang, tgt_lang), "dev")
+        if dev
+        else _first_existing(directory, DEV_CANDIDATES, src_lang, tgt_lang, "dev")
+    )
+    test_files = (
+        require_split(_split_files(directory, test, src_lang, tgt_lang), "test")
+        if test
+        else _first_existing(directory, TEST_CANDIDATES, src_lang, tgt_lang, "test")
+    )
     return CorpusSplits(directory, src_lang, tgt_lang, train_files, dev_files, test_files)
 
 
@@ -135,7 +143,7 @@ def _decode_line(raw: bytes, path: Path, line_no: int, file_offset: int) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        snippet = raw[max(0, e.start - 20): e.start + 20]
+        snippet = raw[max(0, e.start - 20) : e.start + 20]
         raise CorpusError(
             f"{path}: invalid UTF-8 at line {line_no}, byte {e.start} of the line (byte {file_offset + e.start} "
             f"of the file): {e.reason}; near {snippet!r}"
@@ -168,7 +176,9 @@ def iter_pairs(src: Path, tgt: Path) -> Iterator[tuple[int, str, str]]:
 
 
 def _is_long(text: str, max_chars: Optional[int], max_words: Optional[int]) -> bool:
-    return (max_chars is not None and len(text) > max_chars) or (max_words is not None and len(text.split()) > max_words)
+    return (max_chars is not None and len(text) > max_chars) or (
+        max_words is not None and len(text.split()) > max_words
+    )
 
 
 def scan_split(
@@ -200,8 +210,10 @@ def scan_split(
         if keep is not None:
             keep(index, s, t)
     if report.kept == 0:
-        raise CorpusError(f"{role} split {files.name!r} ({files.src}, {files.tgt}) has no usable pairs "
-                          f"({report.lines} lines, {report.skipped_empty} with an empty side)")
+        raise CorpusError(
+            f"{role} split {files.name!r} ({files.src}, {files.tgt}) has no usable pairs "
+            f"({report.lines} lines, {report.skipped_empty} with an empty side)"
+        )
     return report
 
 

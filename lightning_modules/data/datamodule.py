@@ -62,14 +62,17 @@ def collate_pairs(items: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> dict[s
         src[row, : len(s)] = s
         src[row, len(s)] = EOS_ID
         tgt_in[row, 0] = BOS_ID
-        tgt_in[row, 1: len(t) + 1] = t
+        tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
         n_src += len(s) + 1
         n_tgt += len(t) + 1
     return {
-        "src": torch.from_numpy(src), "tgt_in": torch.from_numpy(tgt_in), "tgt_out": torch.from_numpy(tgt_out),
-        "n_src_tokens": n_src, "n_tgt_tokens": n_tgt,
+        "src": torch.from_numpy(src),
+        "tgt_in": torch.from_numpy(tgt_in),
+        "tgt_out": torch.from_numpy(tgt_out),
+        "n_src_tokens": n_src,
+        "n_tgt_tokens": n_tgt,
         "index": torch.tensor([i for i, _, _ in items], dtype=torch.long),
     }
 
@@ -163,7 +166,9 @@ class TranslationDataModule(pl.LightningDataModule):
             self._encode(role)
 
     def setup(self, stage: Optional[str] = None) -> None:
-        roles = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}.get(stage or "", ("train", "dev", "test"))
+        roles = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}.get(
+            stage or "", ("train", "dev", "test")
+        )
         for role in roles:
             self._dataset(role)
 
@@ -184,8 +189,10 @@ class TranslationDataModule(pl.LightningDataModule):
             self.report[role]["skipped_long"] = skipped
             self.report[role]["train_pairs"] = int(keep.sum())
             if skipped:
-                rank_zero_info(f"[data] train: skipped {skipped} of {len(keep)} pairs over {limit} word pieces "
-                               f"(with BOS/EOS) on a side (data.max_tokens = {self.data_cfg.max_tokens}, max_positions = {self.max_positions})")
+                rank_zero_info(
+                    f"[data] train: skipped {skipped} of {len(keep)} pairs over {limit} word pieces "
+                    f"(with BOS/EOS) on a side (data.max_tokens = {self.data_cfg.max_tokens}, max_positions = {self.max_positions})"
+                )
             if not keep.any():
                 raise CorpusError(f"every training pair is longer than {limit} word pieces; raise data.max_tokens")
             dataset = PairDataset(encoded, np.nonzero(keep)[0])
@@ -194,8 +201,10 @@ class TranslationDataModule(pl.LightningDataModule):
             truncated = int(((ls > cap) | (lt > cap)).sum())
             self.report[role]["truncated"] = truncated
             if truncated:
-                rank_zero_warn(f"[data] {role}: {truncated} pairs longer than max_positions - 1 = {cap} word pieces "
-                               "are truncated for the loss (BLEU still uses the full references)")
+                rank_zero_warn(
+                    f"[data] {role}: {truncated} pairs longer than max_positions - 1 = {cap} word pieces "
+                    "are truncated for the loss (BLEU still uses the full references)"
+                )
             dataset = PairDataset(encoded, max_len=cap)
         self._datasets[role] = dataset
         return dataset
@@ -244,8 +253,16 @@ class TranslationDataModule(pl.LightningDataModule):
         # iterator) would shift every later dropout mask.
         generator = torch.Generator().manual_seed(self.seed)
         cls = ResumableLoader if resumable else DataLoader
-        return cls(dataset, batch_sampler=sampler, collate_fn=collate_pairs, num_workers=workers, generator=generator,
-                   pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0, **resumable)
+        return cls(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate_pairs,
+            num_workers=workers,
+            generator=generator,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=workers > 0,
+            **resumable,
+        )
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self._trainer_or_none()
@@ -256,11 +273,22 @@ class TranslationDataModule(pl.LightningDataModule):
     def _trainer_or_none(self) -> Optional[pl.Trainer]:
         return getattr(self, "trainer", None)
 
-    def train_sampler(self, rank: int = 0, world_size: int = 1, epoch_fn: Optional[Callable[[], int]] = None) -> TokenBudgetBatchSampler:
+    def train_sampler(
+        self, rank: int = 0, world_size: int = 1, epoch_fn: Optional[Callable[[], int]] = None
+    ) -> TokenBudgetBatchSampler:
         dataset = self._dataset("train")
         ls, lt = dataset.lengths()
-        return TokenBudgetBatchSampler(ls, lt, self.data_cfg.batch_tokens, shuffle=True, seed=self.seed, rank=rank,
-                                       world_size=world_size, sort_chunk=self.sort_chunk, epoch_fn=epoch_fn)
+        return TokenBudgetBatchSampler(
+            ls,
+            lt,
+            self.data_cfg.batch_tokens,
+            shuffle=True,
+            seed=self.seed,
+            rank=rank,
+            world_size=world_size,
+            sort_chunk=self.sort_chunk,
+            epoch_fn=epoch_fn,
+        )
 
     def train_dataloader(self) -> DataLoader:
         trainer = self._trainer_or_none()
@@ -270,8 +298,10 @@ class TranslationDataModule(pl.LightningDataModule):
             # public property in lightning 2.6); where that is gone the check is skipped, not the training.
             connector = getattr(trainer, "_accelerator_connector", None)
             if getattr(connector, "use_distributed_sampler", False):
-                raise RuntimeError("TranslationDataModule shards its own token-budget batches: build the Trainer with "
-                                   "use_distributed_sampler=False")
+                raise RuntimeError(
+                    "TranslationDataModule shards its own token-budget batches: build the Trainer with "
+                    "use_distributed_sampler=False"
+                )
         epoch_fn = (lambda: trainer.current_epoch) if trainer is not None else None
         sampler = self.train_sampler(rank, world, epoch_fn)
         if trainer is None:
@@ -285,8 +315,9 @@ class TranslationDataModule(pl.LightningDataModule):
     def _eval_loader(self, role: str) -> DataLoader:
         dataset = self._dataset(role)
         ls, lt = dataset.lengths()
-        sampler = TokenBudgetBatchSampler(ls, lt, self.eval_batch_tokens, shuffle=False,
-                                          max_sentences=self.eval_max_sentences, oversize="single")
+        sampler = TokenBudgetBatchSampler(
+            ls, lt, self.eval_batch_tokens, shuffle=False, max_sentences=self.eval_max_sentences, oversize="single"
+        )
         return self._loader(dataset, sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -54,8 +54,10 @@ def dataset_directory(data_cfg: DataConfig, download: bool = True) -> Path:
         expected = [path / f"{data_cfg.train_split}.{lang}" for lang in (data_cfg.src_lang, data_cfg.tgt_lang)]
         missing = [str(p) for p in expected if not p.is_file()]
         if missing:
-            raise CorpusError(f"dataset='generated': the generated corpus is not in {path} yet (missing "
-                              f"{', '.join(missing)}); a training run generates it there")
+            raise CorpusError(
+                f"dataset='generated': the generated corpus is not in {path} yet (missing "
+                f"{', '.join(missing)}); a training run generates it there"
+            )
         return path
     if kind == "wmt14-en-de":
         path = Path(data_cfg.path).expanduser() if data_cfg.path else WMT14_DEFAULT.expanduser()
@@ -95,8 +97,10 @@ def _fetch_hf_train(directory: Path) -> None:
 
 def wmt14_instructions(directory: Path, missing: Sequence[Path]) -> str:
     """What to place where, for the missing WMT14 files only."""
-    lines = [f"WMT14 En-De is incomplete in {directory}; place these files (plain UTF-8 text, one sentence per line, "
-             "untokenized, .en and .de line-aligned):"]
+    lines = [
+        f"WMT14 En-De is incomplete in {directory}; place these files (plain UTF-8 text, one sentence per line, "
+        "untokenized, .en and .de line-aligned):"
+    ]
     lines += [f"  {path}" for path in missing]
     splits = {path.name.rsplit(".", 1)[0] for path in missing}
     lines.append("where:")
@@ -106,8 +110,10 @@ def wmt14_instructions(directory: Path, missing: Sequence[Path]) -> str:
             "      pairs), e.g. from fairseq's examples/translation/prepare-wmt14en2de.sh before tokenization, or",
             "      Hugging Face datasets.load_dataset('wmt14', 'de-en', split='train');",
         ]
-    for split, test_set, what in (("newstest2013", "wmt13", "dev, 3,000 lines"),
-                                  ("newstest2014", "wmt14/full", "test, the full 3,003 lines")):
+    for split, test_set, what in (
+        ("newstest2013", "wmt13", "dev, 3,000 lines"),
+        ("newstest2014", "wmt14/full", "test, the full 3,003 lines"),
+    ):
         if split in splits:
             lines += [
                 f"  {split}.{{en,de}} ({what}): sacrebleu -t {test_set} -l en-de --echo src > {directory / (split + '.en')}",
@@ -125,11 +131,17 @@ def ensure_wmt14(directory: PathLike, src_lang: str = "en", tgt_lang: str = "de"
     """
     directory = Path(directory).expanduser()
     if {src_lang, tgt_lang} != {"en", "de"}:
-        raise CorpusError(f"dataset='wmt14-en-de' needs languages en and de, got src_lang={src_lang!r}, tgt_lang={tgt_lang!r}")
+        raise CorpusError(
+            f"dataset='wmt14-en-de' needs languages en and de, got src_lang={src_lang!r}, tgt_lang={tgt_lang!r}"
+        )
 
     def missing() -> list[Path]:
-        return [directory / f"{split}.{lang}" for split in WMT14_SPLITS.values() for lang in ("en", "de")
-                if not (directory / f"{split}.{lang}").is_file()]
+        return [
+            directory / f"{split}.{lang}"
+            for split in WMT14_SPLITS.values()
+            for lang in ("en", "de")
+            if not (directory / f"{split}.{lang}").is_file()
+        ]
 
     problems: list[str] = []
     if missing() and download:
@@ -152,4 +164,3 @@ def ensure_wmt14(directory: PathLike, src_lang: str = "en", tgt_lang: str = "de"
             message += "\n(automatic download failed: " + "; ".join(problems) + ")"
         raise CorpusError(message)
     return directory
-

@@ -44,10 +44,10 @@ class EncodedSplit:
         return np.diff(self.tgt_offsets)
 
     def src(self, i: int) -> np.ndarray:
-        return self.src_ids[self.src_offsets[i]: self.src_offsets[i + 1]]
+        return self.src_ids[self.src_offsets[i] : self.src_offsets[i + 1]]
 
     def tgt(self, i: int) -> np.ndarray:
-        return self.tgt_ids[self.tgt_offsets[i]: self.tgt_offsets[i + 1]]
+        return self.tgt_ids[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
 
     def save(self, directory: Path) -> None:
         for name in self.ARRAYS:
@@ -55,8 +55,12 @@ class EncodedSplit:
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True) -> "EncodedSplit":
-        return cls(**{name: np.load(directory / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
-                      for name in cls.ARRAYS})
+        return cls(
+            **{
+                name: np.load(directory / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
+                for name in cls.ARRAYS
+            }
+        )
 
 
 class _Encoder:
@@ -65,7 +69,13 @@ class _Encoder:
     def __init__(self, sp: spm.SentencePieceProcessor, dtype: np.dtype, num_threads: int):
         self.sp, self.dtype, self.num_threads = sp, dtype, num_threads
         self.pending: list[tuple[int, str, str]] = []
-        self.parts: dict[str, list[np.ndarray]] = {"src_ids": [], "src_len": [], "tgt_ids": [], "tgt_len": [], "line_index": []}
+        self.parts: dict[str, list[np.ndarray]] = {
+            "src_ids": [],
+            "src_len": [],
+            "tgt_ids": [],
+            "tgt_len": [],
+            "line_index": [],
+        }
 
     def __call__(self, index: int, src: str, tgt: str) -> None:
         self.pending.append((index, src, tgt))
@@ -89,13 +99,17 @@ class _Encoder:
 
     def result(self) -> EncodedSplit:
         self.flush()
-        cat = {k: (np.concatenate(v) if v else np.zeros(0, dtype=self.dtype if k.endswith("ids") else np.int64))
-               for k, v in self.parts.items()}
+        cat = {
+            k: (np.concatenate(v) if v else np.zeros(0, dtype=self.dtype if k.endswith("ids") else np.int64))
+            for k, v in self.parts.items()
+        }
 
         def offsets(lengths: np.ndarray) -> np.ndarray:
             return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
-        return EncodedSplit(cat["src_ids"], offsets(cat["src_len"]), cat["tgt_ids"], offsets(cat["tgt_len"]), cat["line_index"])
+        return EncodedSplit(
+            cat["src_ids"], offsets(cat["src_len"]), cat["tgt_ids"], offsets(cat["tgt_len"]), cat["line_index"]
+        )
 
 
 def load_or_encode_split(
@@ -114,9 +128,18 @@ def load_or_encode_split(
     """
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     require_split(files, role)
-    key = cache_key({"kind": "encoded", "version": FORMAT_VERSION, "tokenizer": tok_key, "role": role,
-                "drop_empty": role == "train", "max_chars": DEFAULT_MAX_CHARS,
-                "src": file_digest(files.src), "tgt": file_digest(files.tgt)})
+    key = cache_key(
+        {
+            "kind": "encoded",
+            "version": FORMAT_VERSION,
+            "tokenizer": tok_key,
+            "role": role,
+            "drop_empty": role == "train",
+            "max_chars": DEFAULT_MAX_CHARS,
+            "src": file_digest(files.src),
+            "tgt": file_digest(files.tgt),
+        }
+    )
     root = cache / "encoded"
     final = root / f"{files.name}-{key[:24]}"
     if (final / "report.json").is_file():

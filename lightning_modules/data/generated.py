@@ -126,27 +126,141 @@ _PREPS = (
 )
 _TWO_WAY = tuple(p for p in _PREPS if p.case == "two")
 
-_S_FUNCTION = {"tha", "an", "nat", "wil", "kwe", "thet", "tu", "ond", "bat", *_S_PRON.values(), *_S_CONJ,
-               *(p.s for p in _PREPS)}
-_T_FUNCTION = {"nikt", "datt", "ont", "abor", "als", "wanne", *_T_CONJ.values(), *_CONTRACT.values(),
-               *_PARTICLES, *_HAVE.values(), *_BE.values(), *_FUT.values(),
-               *(w for t in (_T_PRON, _DEF, _INDEF) for d in t.values() for w in d.values()),
-               *(p.t for p in _PREPS), "ann"}
+_S_FUNCTION = {
+    "tha",
+    "an",
+    "nat",
+    "wil",
+    "kwe",
+    "thet",
+    "tu",
+    "ond",
+    "bat",
+    *_S_PRON.values(),
+    *_S_CONJ,
+    *(p.s for p in _PREPS),
+}
+_T_FUNCTION = {
+    "nikt",
+    "datt",
+    "ont",
+    "abor",
+    "als",
+    "wanne",
+    *_T_CONJ.values(),
+    *_CONTRACT.values(),
+    *_PARTICLES,
+    *_HAVE.values(),
+    *_BE.values(),
+    *_FUT.values(),
+    *(w for t in (_T_PRON, _DEF, _INDEF) for d in t.values() for w in d.values()),
+    *(p.t for p in _PREPS),
+    "ann",
+}
 
 # --------------------------------------------------------------------------------------------------------------
 # Lexicon (built once, from a fixed seed)
 # --------------------------------------------------------------------------------------------------------------
 
-_S_ON = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "y", "th", "sh", "ch",
-         "bl", "br", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "pl", "pr", "sl", "sm", "sn", "sp", "st", "sw",
-         "tr", "wh")
+_S_ON = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "y",
+    "th",
+    "sh",
+    "ch",
+    "bl",
+    "br",
+    "cl",
+    "cr",
+    "dr",
+    "fl",
+    "fr",
+    "gl",
+    "gr",
+    "pl",
+    "pr",
+    "sl",
+    "sm",
+    "sn",
+    "sp",
+    "st",
+    "sw",
+    "tr",
+    "wh",
+)
 _S_NUC = ("a", "e", "i", "o", "u", "a", "e", "i", "o", "u", "ee", "oo", "ai", "ea", "ou", "oa", "ay")
 _S_CODA = ("", "", "n", "t", "d", "k", "ck", "ng", "m", "l", "r", "nd", "p", "sk", "ft", "mp", "lt", "rn")
-_T_ON = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "w", "z", "sch", "schl", "schm",
-         "schw", "kn", "pf", "st", "sp", "tr", "gr", "br", "kl", "fr", "dr", "bl", "gl", "zw")
+_T_ON = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "w",
+    "z",
+    "sch",
+    "schl",
+    "schm",
+    "schw",
+    "kn",
+    "pf",
+    "st",
+    "sp",
+    "tr",
+    "gr",
+    "br",
+    "kl",
+    "fr",
+    "dr",
+    "bl",
+    "gl",
+    "zw",
+)
 _T_NUC = ("a", "e", "i", "o", "u", "a", "e", "i", "o", "u", "ei", "au", "ie", "ä", "ö", "ü", "eu")
-_T_CODA = ("", "n", "t", "ch", "ck", "ng", "rt", "lz", "nd", "rn", "ss", "ß", "ft", "cht", "lk", "mp", "rg",
-           "lt", "nz", "rb")
+_T_CODA = (
+    "",
+    "n",
+    "t",
+    "ch",
+    "ck",
+    "ng",
+    "rt",
+    "lz",
+    "nd",
+    "rn",
+    "ss",
+    "ß",
+    "ft",
+    "cht",
+    "lk",
+    "mp",
+    "rg",
+    "lt",
+    "nz",
+    "rb",
+)
 _T_VOWELS = "aeiouäöü"
 
 
@@ -172,18 +286,30 @@ def _umlaut(word: str) -> str:
     for i in range(len(word) - 1, -1, -1):
         c = word[i]
         if c == "u" and i and word[i - 1] == "a":
-            return word[:i - 1] + "äu" + word[i + 1:]
+            return word[: i - 1] + "äu" + word[i + 1 :]
         if c == "u" and i and word[i - 1] == "e":
             return word
         if c in "aou":
-            return word[:i] + {"a": "ä", "o": "ö", "u": "ü"}[c] + word[i + 1:]
+            return word[:i] + {"a": "ä", "o": "ö", "u": "ü"}[c] + word[i + 1 :]
         if c in "eiäöü":
             return word
     return word
 
 
-_ABLAUT = {"ei": "ie", "ie": "o", "i": "u", "e": "o", "a": "u", "o": "o", "u": "o", "au": "o", "eu": "o",
-           "ä": "a", "ö": "o", "ü": "o"}
+_ABLAUT = {
+    "ei": "ie",
+    "ie": "o",
+    "i": "u",
+    "e": "o",
+    "a": "u",
+    "o": "o",
+    "u": "o",
+    "au": "o",
+    "eu": "o",
+    "ä": "a",
+    "ö": "o",
+    "ü": "o",
+}
 _LAST_VOWEL = re.compile(r"(ei|ie|au|eu|[aeiouäöü])(?=[^aeiouäöü]*$)")
 
 
@@ -233,8 +359,16 @@ class _Lexicon:
         classes = {"person": 12, "animal": 12, "food": 12, "thing": 20, "place": 10}
         self.nouns: dict[str, list[_Noun]] = {c: [self._noun(c) for _ in range(k)] for c, k in classes.items()}
         # ambiguous source nouns: one source word, two senses of different coarse classes
-        for c1, c2 in (("animal", "thing"), ("animal", "thing"), ("food", "thing"), ("food", "thing"),
-                       ("place", "thing"), ("place", "thing"), ("food", "place"), ("person", "thing")):
+        for c1, c2 in (
+            ("animal", "thing"),
+            ("animal", "thing"),
+            ("food", "thing"),
+            ("food", "thing"),
+            ("place", "thing"),
+            ("place", "thing"),
+            ("food", "place"),
+            ("person", "thing"),
+        ):
             a = self._noun(c1)
             b = self._noun(c2, s_stem=a.s_sg)
             a.amb = b.amb = True
@@ -261,8 +395,16 @@ class _Lexicon:
         for obj, k in (("anim", 6), ("food", 4), ("thing", 6), ("place", 3)):
             for _ in range(k):
                 self.verbs["tr"].append(self._verb("tr", obj=obj))
-        for o1, o2 in (("food", "thing"), ("food", "thing"), ("anim", "thing"), ("anim", "thing"),
-                       ("place", "thing"), ("anim", "food"), ("place", "food"), ("anim", "place")):
+        for o1, o2 in (
+            ("food", "thing"),
+            ("food", "thing"),
+            ("anim", "thing"),
+            ("anim", "thing"),
+            ("place", "thing"),
+            ("anim", "food"),
+            ("place", "food"),
+            ("anim", "place"),
+        ):
             a = self._verb("tr", obj=o1)
             b = self._verb("tr", obj=o2, s_stem=a.s)
             a.amb = b.amb = True
@@ -290,9 +432,18 @@ class _Lexicon:
         # pools the generator samples nouns from: (base nouns, compounds); multi-class pools hold no
         # ambiguous nouns, so the slot always determines which sense an ambiguous source noun has
         n = self.nouns
-        groups = {"anim": ("person", "animal"), "person": ("person",), "food": ("food",), "thing": ("thing",),
-                  "place": ("place",), "animal": ("animal",), "ft": ("food", "thing"), "pt": ("place", "thing"),
-                  "at": ("person", "animal", "thing"), "ap": ("person", "animal", "place")}
+        groups = {
+            "anim": ("person", "animal"),
+            "person": ("person",),
+            "food": ("food",),
+            "thing": ("thing",),
+            "place": ("place",),
+            "animal": ("animal",),
+            "ft": ("food", "thing"),
+            "pt": ("place", "thing"),
+            "at": ("person", "animal", "thing"),
+            "ap": ("person", "animal", "place"),
+        }
         self.pools: dict[str, tuple[list[_Noun], list[_Noun]]] = {}
         for key, cls in groups.items():
             multi = len({"anim" if c in ("person", "animal") else c for c in cls}) > 1
@@ -357,8 +508,7 @@ class _Lexicon:
         x.g, x.cls, x.anim, x.amb, x.compound = head.g, head.cls, head.anim, False, True
         return x
 
-    def _verb(self, frame: str, obj: Optional[str] = None, motion: bool = False,
-              s_stem: Optional[str] = None) -> _Verb:
+    def _verb(self, frame: str, obj: Optional[str] = None, motion: bool = False, s_stem: Optional[str] = None) -> _Verb:
         rng = self._rng
         v = _Verb()
         v.s = s_stem if s_stem is not None else self._s_word(rng.choice((1, 1, 2)), lambda w: (w, _s_past(w)))
@@ -393,8 +543,15 @@ _LEX = _Lexicon()
 class _NP:
     __slots__ = ("noun", "pron", "pl", "det", "adjs", "rel")
 
-    def __init__(self, noun: Optional[_Noun] = None, pron: Optional[str] = None, pl: bool = False,
-                 det: str = "def", adjs: tuple = (), rel: Optional["_Clause"] = None) -> None:
+    def __init__(
+        self,
+        noun: Optional[_Noun] = None,
+        pron: Optional[str] = None,
+        pl: bool = False,
+        det: str = "def",
+        adjs: tuple = (),
+        rel: Optional["_Clause"] = None,
+    ) -> None:
         self.noun, self.pron, self.pl, self.det, self.adjs, self.rel = noun, pron, pl, det, adjs, rel
 
 
@@ -403,8 +560,20 @@ class _Clause:
 
     __slots__ = ("subj", "verb", "obj", "iobj", "pp", "tense", "neg", "tadv", "front", "madv", "comp")
 
-    def __init__(self, subj, verb, obj=None, iobj=None, pp=None, tense="pres", neg=False, tadv=None,
-                 front=False, madv=None, comp=None) -> None:
+    def __init__(
+        self,
+        subj,
+        verb,
+        obj=None,
+        iobj=None,
+        pp=None,
+        tense="pres",
+        neg=False,
+        tadv=None,
+        front=False,
+        madv=None,
+        comp=None,
+    ) -> None:
         self.subj, self.verb, self.obj, self.iobj, self.pp = subj, verb, obj, iobj, pp
         self.tense, self.neg, self.tadv, self.front, self.madv, self.comp = tense, neg, tadv, front, madv, comp
 
@@ -461,8 +630,9 @@ def _gen_rel(rng: random.Random, head: _Noun) -> _Clause:
     return cl
 
 
-def _gen_clause(rng: random.Random, tail_free: bool = True, clausal: bool = True, front_ok: bool = True,
-                simple: bool = False) -> _Clause:
+def _gen_clause(
+    rng: random.Random, tail_free: bool = True, clausal: bool = True, front_ok: bool = True, simple: bool = False
+) -> _Clause:
     """A finite clause.  ``tail_free``: nothing follows it, so its last noun phrase may take a relative clause."""
     r = rng.random()
     if simple or r < 0.3:
@@ -500,8 +670,7 @@ def _gen_clause(rng: random.Random, tail_free: bool = True, clausal: bool = True
     # relative clauses: on the subject, or on the clause's last noun phrase when nothing follows it
     if subj.pron is None and rng.random() < 0.12:
         subj.rel = _gen_rel(rng, subj.noun)
-    elif tail_free and frame != "clause" and cl.madv is None and (cl.tadv is None or cl.front) \
-            and rng.random() < 0.14:
+    elif tail_free and frame != "clause" and cl.madv is None and (cl.tadv is None or cl.front) and rng.random() < 0.14:
         last = cl.pp[1] if cl.pp else cl.iobj or cl.obj
         if last is not None and last.pron is None:
             last.rel = _gen_rel(rng, last.noun)
@@ -595,8 +764,7 @@ def _t_pp(pp, verb: _Verb, out: list) -> None:
     prep, np = pp
     case = prep.case if prep.case != "two" else ("acc" if verb.motion else "dat")
     word = prep.t if (prep.t_place is None or np.pron or np.noun.anim) else prep.t_place
-    if (word in _CONTRACT and case == "dat" and np.pron is None and np.det == "def" and not np.pl
-            and np.noun.g != "f"):
+    if word in _CONTRACT and case == "dat" and np.pron is None and np.det == "def" and not np.pl and np.noun.g != "f":
         tmp: list = []
         _t_np(np, case, tmp)
         out.append(_CONTRACT[word])
@@ -733,13 +901,22 @@ def _gen_sentence(rng: random.Random) -> tuple[str, str]:
     if r < 0.67:
         return _realise("question", _gen_clause(rng, front_ok=False))
     if r < 0.80:
-        return _realise("sub", _gen_clause(rng, tail_free=False, clausal=False),
-                        _gen_clause(rng, clausal=False, front_ok=False), rng.choice(_S_CONJ))
+        return _realise(
+            "sub",
+            _gen_clause(rng, tail_free=False, clausal=False),
+            _gen_clause(rng, clausal=False, front_ok=False),
+            rng.choice(_S_CONJ),
+        )
     if r < 0.87:
-        return _realise("front", _gen_clause(rng, front_ok=False),
-                        _gen_clause(rng, clausal=False, front_ok=False), rng.choice(("wen", "ef", "altho")))
-    return _realise("coord", _gen_clause(rng, tail_free=False, clausal=False), _gen_clause(rng),
-                    rng.choice(("ond", "ond", "bat")))
+        return _realise(
+            "front",
+            _gen_clause(rng, front_ok=False),
+            _gen_clause(rng, clausal=False, front_ok=False),
+            rng.choice(("wen", "ef", "altho")),
+        )
+    return _realise(
+        "coord", _gen_clause(rng, tail_free=False, clausal=False), _gen_clause(rng), rng.choice(("ond", "ond", "bat"))
+    )
 
 
 def _iter_pairs(rng: random.Random) -> Iterator[tuple[str, str]]:
@@ -783,8 +960,13 @@ def _heldout(n: int, seed: int, split: str, seen: set) -> tuple[list, int]:
     return pairs, rejected
 
 
-def write_corpus(directory: str | os.PathLike, train_pairs: int = 50_000, seed: int = 1234,
-                 dev_pairs: int = 1000, test_pairs: int = 1000) -> pathlib.Path:
+def write_corpus(
+    directory: str | os.PathLike,
+    train_pairs: int = 50_000,
+    seed: int = 1234,
+    dev_pairs: int = 1000,
+    test_pairs: int = 1000,
+) -> pathlib.Path:
     """Write train.en/train.de/valid.en/valid.de/test.en/test.de (one sentence per line, UTF-8, '\\n').
 
     Each file is written to a temporary file and moved into place with ``os.replace``; the manifest
@@ -798,14 +980,22 @@ def write_corpus(directory: str | os.PathLike, train_pairs: int = 50_000, seed: 
     """
     for name, value in (("train_pairs", train_pairs), ("dev_pairs", dev_pairs), ("test_pairs", test_pairs)):
         if not isinstance(value, int) or value < (1 if name == "train_pairs" else 0):
-            raise ValueError(f"{name} must be a {'positive' if name == 'train_pairs' else 'non-negative'} int, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"{name} must be a {'positive' if name == 'train_pairs' else 'non-negative'} int, got {value!r}"
+            )
     path = pathlib.Path(directory).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     # "ablations.corpus": the old module name, kept so that corpora already written stay valid.
-    params = {"generator": "ablations.corpus", "version": GENERATOR_VERSION, "seed": seed,
-              "train_pairs": train_pairs, "dev_pairs": dev_pairs, "test_pairs": test_pairs,
-              "src_lang": SRC_LANG, "tgt_lang": TGT_LANG}
+    params = {
+        "generator": "ablations.corpus",
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "train_pairs": train_pairs,
+        "dev_pairs": dev_pairs,
+        "test_pairs": test_pairs,
+        "src_lang": SRC_LANG,
+        "tgt_lang": TGT_LANG,
+    }
     files = [path / f"{split}.{lang}" for split in SPLITS for lang in (SRC_LANG, TGT_LANG)]
     manifest = path / MANIFEST
     if manifest.exists():
@@ -844,7 +1034,10 @@ def _stats(pairs: list) -> dict:
     for side, lang in enumerate((SRC_LANG, TGT_LANG)):
         lengths = [p[side].count(" ") + 1 for p in pairs]
         types = {w for p in pairs for w in _WORD.findall(p[side])}
-        out[lang] = {"mean_words": round(sum(lengths) / max(len(lengths), 1), 2),
-                     "min_words": min(lengths, default=0), "max_words": max(lengths, default=0),
-                     "word_types": len(types)}
+        out[lang] = {
+            "mean_words": round(sum(lengths) / max(len(lengths), 1), 2),
+            "min_words": min(lengths, default=0),
+            "max_words": max(lengths, default=0),
+            "word_types": len(types),
+        }
     return out

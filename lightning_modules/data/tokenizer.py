@@ -38,22 +38,37 @@ def sentencepiece_threads(requested: Optional[int] = None) -> int:
 _REACHABLE = re.compile(r"value <= (\d+)")
 
 
-def tokenizer_key(train_files: Sequence[PathLike], vocab_size: int, character_coverage: float = 1.0,
-                  input_sentence_size: int = INPUT_SENTENCE_SIZE, seed: int = 0) -> str:
+def tokenizer_key(
+    train_files: Sequence[PathLike],
+    vocab_size: int,
+    character_coverage: float = 1.0,
+    input_sentence_size: int = INPUT_SENTENCE_SIZE,
+    seed: int = 0,
+) -> str:
     """The cache key of a tokenizer: the training files' content hashes and every training setting."""
-    return cache_key({
-        "kind": "spm-bpe", "version": FORMAT_VERSION, "sentencepiece": spm.__version__,
-        "files": [file_digest(p) for p in train_files], "vocab_size": vocab_size,
-        "character_coverage": character_coverage, "input_sentence_size": input_sentence_size, "seed": seed,
-        "normalization": "identity", "ids": list(SPECIAL_IDS),
-    })
+    return cache_key(
+        {
+            "kind": "spm-bpe",
+            "version": FORMAT_VERSION,
+            "sentencepiece": spm.__version__,
+            "files": [file_digest(p) for p in train_files],
+            "vocab_size": vocab_size,
+            "character_coverage": character_coverage,
+            "input_sentence_size": input_sentence_size,
+            "seed": seed,
+            "normalization": "identity",
+            "ids": list(SPECIAL_IDS),
+        }
+    )
 
 
 def _check_tokenizer(sp: spm.SentencePieceProcessor, vocab_size: int, path: Path) -> spm.SentencePieceProcessor:
     got = (sp.get_piece_size(), sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
     if got != (vocab_size, PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-        raise CorpusError(f"tokenizer {path}: (size, pad, unk, bos, eos) = {got}, expected "
-                          f"{(vocab_size, PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; delete it to retrain")
+        raise CorpusError(
+            f"tokenizer {path}: (size, pad, unk, bos, eos) = {got}, expected "
+            f"{(vocab_size, PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; delete it to retrain"
+        )
     return sp
 
 
@@ -91,11 +106,21 @@ def load_or_train_tokenizer(
         spm.set_random_generator_seed(seed)
         try:
             spm.SentencePieceTrainer.train(
-                input=[str(p) for p in files], model_prefix=str(tmp / "spm"), model_type="bpe",
-                vocab_size=vocab_size, hard_vocab_limit=True, character_coverage=character_coverage,
-                normalization_rule_name="identity", pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
-                num_threads=sentencepiece_threads(num_threads), minloglevel=2,
+                input=[str(p) for p in files],
+                model_prefix=str(tmp / "spm"),
+                model_type="bpe",
+                vocab_size=vocab_size,
+                hard_vocab_limit=True,
+                character_coverage=character_coverage,
+                normalization_rule_name="identity",
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True,
+                num_threads=sentencepiece_threads(num_threads),
+                minloglevel=2,
             )
         except RuntimeError as e:
             match = _REACHABLE.search(str(e))
@@ -106,11 +131,20 @@ def load_or_train_tokenizer(
                     f"or train on more text ({', '.join(str(p) for p in files)})"
                 ) from None
             raise
-        (tmp / "meta.json").write_text(json.dumps({
-            "key": key, "files": [str(p) for p in files], "vocab_size": vocab_size,
-            "character_coverage": character_coverage, "input_sentence_size": input_sentence_size, "seed": seed,
-            "sentencepiece": spm.__version__,
-        }, indent=1))
+        (tmp / "meta.json").write_text(
+            json.dumps(
+                {
+                    "key": key,
+                    "files": [str(p) for p in files],
+                    "vocab_size": vocab_size,
+                    "character_coverage": character_coverage,
+                    "input_sentence_size": input_sentence_size,
+                    "seed": seed,
+                    "sentencepiece": spm.__version__,
+                },
+                indent=1,
+            )
+        )
         publish(tmp, final)
     finally:
         if tmp.exists():

@@ -109,5 +109,6 @@ def evalb(gold: Iterable[Tree], test: Iterable[Tree]) -> EvalbResult:
     precision = 100.0 * matched / n_test if n_test else 0.0
     recall = 100.0 * matched / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return EvalbResult(precision, recall, f1, len(good), len(scores) - len(good), sum(s.exact for s in good),
-                       matched, n_gold, n_test)
+    return EvalbResult(
+        precision, recall, f1, len(good), len(scores) - len(good), sum(s.exact for s in good), matched, n_gold, n_test
+    )

@@ -140,8 +140,11 @@ class Repair:
         return any(vars(self).values())
 
     def describe(self) -> str:
-        parts = [f"{name.replace('_', ' ')} {value}" for name, value in vars(self).items()
-                 if value and not isinstance(value, bool)]
+        parts = [
+            f"{name.replace('_', ' ')} {value}"
+            for name, value in vars(self).items()
+            if value and not isinstance(value, bool)
+        ]
         return ", ".join(parts + (["wrapped in (S ...)"] if self.wrapped else [])) or "none"
 
 
@@ -153,8 +156,17 @@ def from_target(tokens: Sequence[str], words: Sequence[str], leaves: Leaves = "x
     """
     if not words:
         raise ValueError("from_target needs the sentence's words (at least one)")
-    counts = dict.fromkeys(("dropped_tokens", "dropped_closings", "relabelled_closings", "closed_at_end",
-                            "empty_removed", "leaves_dropped"), 0)
+    counts = dict.fromkeys(
+        (
+            "dropped_tokens",
+            "dropped_closings",
+            "relabelled_closings",
+            "closed_at_end",
+            "empty_removed",
+            "leaves_dropped",
+        ),
+        0,
+    )
     stack: list[tuple[str, list]] = [("", [])]  # a sentinel holds the top level
     used = 0
     for token in tokens:

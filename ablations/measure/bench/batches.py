@@ -23,7 +23,9 @@ def padding_efficiency(sampler: TokenBudgetBatchSampler) -> float:
 def bucketed_and_unbucketed(lengths_src, lengths_tgt, batch_tokens: int, seed: int = 0) -> dict[str, float]:
     """Padding efficiency of length-bucketed batches (ours) and of the same packing in random order."""
     bucketed = TokenBudgetBatchSampler(lengths_src, lengths_tgt, batch_tokens, seed=seed)
-    unbucketed = TokenBudgetBatchSampler(lengths_src, lengths_tgt, batch_tokens, seed=seed, sort_chunk=1)  # chunks of 1: no sorting
+    unbucketed = TokenBudgetBatchSampler(
+        lengths_src, lengths_tgt, batch_tokens, seed=seed, sort_chunk=1
+    )  # chunks of 1: no sorting
     return {"bucketed": padding_efficiency(bucketed), "unbucketed": padding_efficiency(unbucketed)}
 
 
@@ -54,7 +56,7 @@ def decode_sources(data: TranslationDataModule, options: BenchOptions, device: t
     n = min(options.decode_sentences, len(dataset))
     order = sorted(range(n), key=lambda i: len(dataset[i][1]))
     size = options.decode_batch_sentences
-    return [collate_pairs([dataset[i] for i in order[k: k + size]])["src"].to(device) for k in range(0, n, size)]
+    return [collate_pairs([dataset[i] for i in order[k : k + size]])["src"].to(device) for k in range(0, n, size)]
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -10,16 +10,15 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules import native
+from lightning_modules.beam_search import beam_search
 from lightning_modules.config import ModelConfig
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID
 from lightning_modules.module import TranslationModule, label_smoothed_loss, make_optimizer
 from lightning_modules.positional import sinusoids
-from lightning_modules.beam_search import beam_search
 from lightning_modules.transformer import MultiHeadAttention, Transformer
 
 from .options import BenchOptions
 from .timing import Mark, synchronize, timed_loop
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Training contenders: each a callable that trains on the warm-up batch, then times the rest
@@ -30,8 +29,14 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16-mixed" else nullcontext()
 
 
-def plain_step(forward: Callable[[dict[str, Any]], Tensor], optimizer, schedule, device: torch.device, precision: str,
-               eps_ls: float) -> Callable[[dict[str, Any]], None]:
+def plain_step(
+    forward: Callable[[dict[str, Any]], Tensor],
+    optimizer,
+    schedule,
+    device: torch.device,
+    precision: str,
+    eps_ls: float,
+) -> Callable[[dict[str, Any]], None]:
     """One training step with no Lightning: forward, label-smoothed loss, backward, Adam, schedule."""
 
     def step(batch: dict[str, Any]) -> None:
@@ -69,8 +74,9 @@ class _StepTimer:
         return self.marks[0].until(self.marks[1])
 
 
-def lightning_contender(module: TranslationModule, batches: list[dict[str, Any]], options: BenchOptions,
-                        device: torch.device) -> Callable[[], dict[str, float]]:
+def lightning_contender(
+    module: TranslationModule, batches: list[dict[str, Any]], options: BenchOptions, device: torch.device
+) -> Callable[[], dict[str, float]]:
     """Our training step as `ablate train` runs it: a Trainer fitting the module for len(batches) steps."""
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
@@ -78,10 +84,20 @@ def lightning_contender(module: TranslationModule, batches: list[dict[str, Any]]
     def measure() -> dict[str, float]:
         timer = _StepTimer(len(batches) - 1, device)
         trainer = pl.Trainer(
-            accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=len(batches), max_epochs=-1,
-            precision=options.precision, deterministic=True, use_distributed_sampler=False, logger=False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-            limit_val_batches=0, callbacks=[timer.callback],
+            accelerator="gpu" if device.type == "cuda" else "cpu",
+            devices=1,
+            max_steps=len(batches),
+            max_epochs=-1,
+            precision=options.precision,
+            deterministic=True,
+            use_distributed_sampler=False,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            callbacks=[timer.callback],
         )
         trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None, shuffle=False))
         return timer.seconds()
@@ -99,8 +115,17 @@ class TorchTransformerModel(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=PAD_ID)
         nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
-        self.transformer = nn.Transformer(cfg.d_model, cfg.h, cfg.N, cfg.N, cfg.d_ff, cfg.P_drop, activation="relu",
-                                          batch_first=True, norm_first=False)
+        self.transformer = nn.Transformer(
+            cfg.d_model,
+            cfg.h,
+            cfg.N,
+            cfg.N,
+            cfg.d_ff,
+            cfg.P_drop,
+            activation="relu",
+            batch_first=True,
+            norm_first=False,
+        )
         self.register_buffer("sinusoids", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
         self.dropout = nn.Dropout(cfg.P_drop)
         self.scale = math.sqrt(cfg.d_model)
@@ -111,8 +136,14 @@ class TorchTransformerModel(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         pad = src == PAD_ID
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=src.device)
-        hidden = self.transformer(self._embed(src), self._embed(tgt_in), tgt_mask=causal, src_key_padding_mask=pad,
-                                  memory_key_padding_mask=pad, tgt_is_causal=True)
+        hidden = self.transformer(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=pad,
+            memory_key_padding_mask=pad,
+            tgt_is_causal=True,
+        )
         return hidden @ self.embed.weight.T
 
 
@@ -129,8 +160,17 @@ def decode_ours(model: Transformer, sources: list[Tensor], beam_size: int, use_c
     outputs: list[list[int]] = []
     for src in sources:
         longest = int((src != PAD_ID).sum(dim=1).max())
-        outputs += beam_search(model, src, BOS_ID, EOS_ID, beam_size, 0.0, longest + MAX_LEN_OFFSET,
-                               max_len=longest + MAX_LEN_OFFSET, use_cache=use_cache)
+        outputs += beam_search(
+            model,
+            src,
+            BOS_ID,
+            EOS_ID,
+            beam_size,
+            0.0,
+            longest + MAX_LEN_OFFSET,
+            max_len=longest + MAX_LEN_OFFSET,
+            use_cache=use_cache,
+        )
     return outputs
 
 
@@ -142,9 +182,19 @@ def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[
     for src in sources:
         longest = int((src != PAD_ID).sum(dim=1).max())
         generated = marian.generate(
-            input_ids=src, attention_mask=src != PAD_ID, num_beams=beam_size, length_penalty=0.0, early_stopping=False,
-            do_sample=False, max_new_tokens=longest + MAX_LEN_OFFSET + 1, decoder_start_token_id=BOS_ID, eos_token_id=EOS_ID,
-            pad_token_id=PAD_ID, suppress_tokens=[PAD_ID, BOS_ID], forced_eos_token_id=None, num_return_sequences=1,
+            input_ids=src,
+            attention_mask=src != PAD_ID,
+            num_beams=beam_size,
+            length_penalty=0.0,
+            early_stopping=False,
+            do_sample=False,
+            max_new_tokens=longest + MAX_LEN_OFFSET + 1,
+            decoder_start_token_id=BOS_ID,
+            eos_token_id=EOS_ID,
+            pad_token_id=PAD_ID,
+            suppress_tokens=[PAD_ID, BOS_ID],
+            forced_eos_token_id=None,
+            num_return_sequences=1,
         )
         for row in generated[:, 1:].tolist():  # drop the decoder start token
             outputs.append(row[: row.index(EOS_ID)] if EOS_ID in row else [t for t in row if t != PAD_ID])
@@ -170,15 +220,25 @@ def use_attention_kernel(model: nn.Module, name: str) -> nn.Module:
     return model
 
 
-def lever_contender(options: BenchOptions, batches: list[dict[str, Any]], device: torch.device, *, precision: str,
-                    fused_adam: Optional[bool] = None, attention: str = "default", compiled: bool = False,
-                    native_kernels: bool = True) -> Callable[[], dict[str, float]]:
+def lever_contender(
+    options: BenchOptions,
+    batches: list[dict[str, Any]],
+    device: torch.device,
+    *,
+    precision: str,
+    fused_adam: Optional[bool] = None,
+    attention: str = "default",
+    compiled: bool = False,
+    native_kernels: bool = True,
+) -> Callable[[], dict[str, float]]:
     run = options.run_config()
     torch.manual_seed(options.seed)
     model = use_attention_kernel(Transformer(run.model, run.data.vocab_size, PAD_ID).to(device).train(), attention)
     forward_model = torch.compile(model, dynamic=True) if compiled else model
     optimizer, schedule = make_optimizer(model.parameters(), run, fused=fused_adam)
-    step = plain_step(lambda b: forward_model(b["src"], b["tgt_in"]), optimizer, schedule, device, precision, run.train.eps_ls)
+    step = plain_step(
+        lambda b: forward_model(b["src"], b["tgt_in"]), optimizer, schedule, device, precision, run.train.eps_ls
+    )
 
     def measure() -> dict[str, float]:
         with native.switched(native_kernels):

@@ -17,12 +17,27 @@ def marian_config(cfg: ModelConfig, vocab_size: int):
     from transformers import MarianConfig
 
     return MarianConfig(
-        vocab_size=vocab_size, d_model=cfg.d_model, encoder_layers=cfg.N, decoder_layers=cfg.N,
-        encoder_attention_heads=cfg.h, decoder_attention_heads=cfg.h, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-        activation_function="relu", dropout=cfg.P_drop, attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout, max_position_embeddings=cfg.max_positions, scale_embedding=True,
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        vocab_size=vocab_size,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.N,
+        decoder_layers=cfg.N,
+        encoder_attention_heads=cfg.h,
+        decoder_attention_heads=cfg.h,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function="relu",
+        dropout=cfg.P_drop,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout,
+        max_position_embeddings=cfg.max_positions,
+        scale_embedding=True,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
     )
 
 
@@ -54,10 +69,17 @@ def marian_from_ours(model: Transformer) -> nn.Module:
     output rows.
     """
     cfg = model.cfg
-    if (cfg.norm_placement, cfg.ffn, cfg.norm, cfg.positional) != ("post", "relu", "layernorm", "sinusoidal") or not cfg.tie_embeddings \
-            or cfg.n_kv_heads != cfg.h or cfg.head_dim_k * cfg.h != cfg.d_model or cfg.head_dim_v * cfg.h != cfg.d_model:
-        raise ValueError("marian_from_ours: Marian has only the paper's architecture (post-norm, ReLU, LayerNorm, sinusoids, "
-                         "tied embeddings, d_k = d_v = d_model / h)")
+    if (
+        (cfg.norm_placement, cfg.ffn, cfg.norm, cfg.positional) != ("post", "relu", "layernorm", "sinusoidal")
+        or not cfg.tie_embeddings
+        or cfg.n_kv_heads != cfg.h
+        or cfg.head_dim_k * cfg.h != cfg.d_model
+        or cfg.head_dim_v * cfg.h != cfg.d_model
+    ):
+        raise ValueError(
+            "marian_from_ours: Marian has only the paper's architecture (post-norm, ReLU, LayerNorm, sinusoids, "
+            "tied embeddings, d_k = d_v = d_model / h)"
+        )
     marian = marian_model(cfg, model.vocab_size).to(next(model.parameters()).device)
     order = half_split_order(cfg.d_model).to(next(model.parameters()).device)
     ours = model.state_dict()
@@ -78,11 +100,20 @@ def marian_from_ours(model: Transformer) -> nn.Module:
         target[f"{prefix}.out_proj.bias"] = writes(ours[f"{source}.out_proj.bias"])
 
     def norm(prefix: str, source: str) -> None:
-        target[f"{prefix}.weight"], target[f"{prefix}.bias"] = writes(ours[f"{source}.weight"]), writes(ours[f"{source}.bias"])
+        target[f"{prefix}.weight"], target[f"{prefix}.bias"] = (
+            writes(ours[f"{source}.weight"]),
+            writes(ours[f"{source}.bias"]),
+        )
 
     def ffn(prefix: str, source: str) -> None:
-        target[f"{prefix}.fc1.weight"], target[f"{prefix}.fc1.bias"] = reads(ours[f"{source}.w1.weight"]), ours[f"{source}.w1.bias"]
-        target[f"{prefix}.fc2.weight"], target[f"{prefix}.fc2.bias"] = writes(ours[f"{source}.w2.weight"]), writes(ours[f"{source}.w2.bias"])
+        target[f"{prefix}.fc1.weight"], target[f"{prefix}.fc1.bias"] = (
+            reads(ours[f"{source}.w1.weight"]),
+            ours[f"{source}.w1.bias"],
+        )
+        target[f"{prefix}.fc2.weight"], target[f"{prefix}.fc2.bias"] = (
+            writes(ours[f"{source}.w2.weight"]),
+            writes(ours[f"{source}.w2.bias"]),
+        )
 
     for i in range(cfg.N):
         enc, dec = f"model.encoder.layers.{i}", f"model.decoder.layers.{i}"
@@ -99,7 +130,9 @@ def marian_from_ours(model: Transformer) -> nn.Module:
     state = marian.state_dict()
     for name, value in target.items():
         if state[name].shape != value.shape:
-            raise RuntimeError(f"marian_from_ours: {name} has shape {tuple(state[name].shape)}, ours {tuple(value.shape)}")
+            raise RuntimeError(
+                f"marian_from_ours: {name} has shape {tuple(state[name].shape)}, ours {tuple(value.shape)}"
+            )
         state[name].copy_(value)
     marian.tie_weights()
     return marian.eval()

@@ -14,7 +14,6 @@ from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainCo
 
 from ...provenance import code_commit
 
-
 PRECISIONS = ("32-true", "bf16-mixed")
 CLOCKS = ("wall", "cpu")
 
@@ -57,8 +56,22 @@ class BenchOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "d_ff", "heads", "layers", "vocab_size", "batch_tokens", "threads", "rounds", "timed_batches",
-                     "decode_sentences", "decode_batch_sentences", "decode_rounds", "beam_size", "corpus_pairs"):
+        for name in (
+            "d_model",
+            "d_ff",
+            "heads",
+            "layers",
+            "vocab_size",
+            "batch_tokens",
+            "threads",
+            "rounds",
+            "timed_batches",
+            "decode_sentences",
+            "decode_batch_sentences",
+            "decode_rounds",
+            "beam_size",
+            "corpus_pairs",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"bench.{name} = {value!r}: expected a positive integer")
@@ -69,7 +82,9 @@ class BenchOptions:
         if self.clock not in CLOCKS:
             raise ValueError(f"bench.clock = {self.clock!r}: expected one of {', '.join(CLOCKS)}")
         if self.clock == "cpu" and self.device != "cpu":
-            raise ValueError("bench.clock = 'cpu': only with device 'cpu' (a GPU's work is not this process's CPU time)")
+            raise ValueError(
+                "bench.clock = 'cpu': only with device 'cpu' (a GPU's work is not this process's CPU time)"
+            )
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"bench.device = {self.device!r}: expected 'cpu' or 'cuda'")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -82,7 +97,9 @@ class BenchOptions:
     @classmethod
     def quick(cls, **overrides: Any) -> "BenchOptions":
         """About a minute on one CPU core: fewer rounds, batches and sentences; the same dimensions."""
-        settings = dict(rounds=3, timed_batches=2, decode_sentences=32, decode_batch_sentences=32, decode_rounds=2, levers=False)
+        settings = dict(
+            rounds=3, timed_batches=2, decode_sentences=32, decode_batch_sentences=32, decode_rounds=2, levers=False
+        )
         settings.update(overrides)
         return cls(**settings)
 
@@ -95,24 +112,44 @@ class BenchOptions:
         return cls.quick(**settings) if quick else cls(**settings)
 
     def model_config(self) -> ModelConfig:
-        return ModelConfig(N=self.layers, d_model=self.d_model, d_ff=self.d_ff, h=self.heads,
-                           P_drop=self.P_drop, max_positions=256, norm_placement="post", ffn="relu", tie_embeddings=True)
+        return ModelConfig(
+            N=self.layers,
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            h=self.heads,
+            P_drop=self.P_drop,
+            max_positions=256,
+            norm_placement="post",
+            ffn="relu",
+            tie_embeddings=True,
+        )
 
     def data_config(self) -> DataConfig:
-        return DataConfig(dataset="generated", vocab_size=self.vocab_size, batch_tokens=self.batch_tokens, max_tokens=128,
-                          generated_pairs=self.corpus_pairs)
+        return DataConfig(
+            dataset="generated",
+            vocab_size=self.vocab_size,
+            batch_tokens=self.batch_tokens,
+            max_tokens=128,
+            generated_pairs=self.corpus_pairs,
+        )
 
     def run_config(self) -> RunConfig:
-        return RunConfig(model=self.model_config(), data=self.data_config(),
-                         train=TrainConfig(warmup_steps=200, precision=self.precision), seed=self.seed)
+        return RunConfig(
+            model=self.model_config(),
+            data=self.data_config(),
+            train=TrainConfig(warmup_steps=200, precision=self.precision),
+            seed=self.seed,
+        )
 
 
 def require_transformers():
     try:
         import transformers
     except ImportError as error:
-        raise ValueError("`ablate bench` compares with Hugging Face transformers, which is not installed: "
-                         "pip install 'attention-ablations[dev]' (or pip install transformers)") from error
+        raise ValueError(
+            "`ablate bench` compares with Hugging Face transformers, which is not installed: "
+            "pip install 'attention-ablations[dev]' (or pip install transformers)"
+        ) from error
     return transformers
 
 
@@ -137,9 +174,17 @@ def machine() -> dict[str, Any]:
     cpu, bf16 = cpu_info()
     import lightning
 
-    info = {"cpu": cpu, "cpu_bf16": bf16, "cores": os.cpu_count(), "torch": torch.__version__, "lightning": lightning.__version__,
-            "python": platform.python_version(), "load_average": list(os.getloadavg()), "commit": code_commit(),
-            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    info = {
+        "cpu": cpu,
+        "cpu_bf16": bf16,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "python": platform.python_version(),
+        "load_average": list(os.getloadavg()),
+        "commit": code_commit(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
     try:
         info["transformers"] = require_transformers().__version__
     except ValueError:

@@ -7,10 +7,20 @@ from typing import Any
 
 from ...report.render import markdown_table
 
-RATIO_KEYS = ("train_vs_marian", "train_vs_torch_transformer", "train_vs_bare_loop", "decode_vs_hf_generate",
-              "decode_vs_uncached")
-TARGETS = {"train_vs_marian": 1.25, "train_vs_torch_transformer": 1.0, "train_vs_bare_loop": 0.93,
-           "decode_vs_hf_generate": 2.0, "decode_vs_uncached": 3.0}
+RATIO_KEYS = (
+    "train_vs_marian",
+    "train_vs_torch_transformer",
+    "train_vs_bare_loop",
+    "decode_vs_hf_generate",
+    "decode_vs_uncached",
+)
+TARGETS = {
+    "train_vs_marian": 1.25,
+    "train_vs_torch_transformer": 1.0,
+    "train_vs_bare_loop": 0.93,
+    "decode_vs_hf_generate": 2.0,
+    "decode_vs_uncached": 3.0,
+}
 PADDING_TARGET = 0.92
 
 
@@ -48,78 +58,137 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         "post-norm, ReLU, tied embeddings",
         f"- batches: TokenBudgetBatchSampler on the built-in corpus, {o['batch_tokens']} tokens per side; per round each "
         f"contender trains on 1 warm-up batch and {o['timed_batches']} timed batches (the same for all), {o['rounds']} rounds",
-        f"- shapes [B, S] / [B, T]: " + "; ".join(f"{b['src']} / {b['tgt']}" for b in result["batches"]),
+        "- shapes [B, S] / [B, T]: " + "; ".join(f"{b['src']} / {b['tgt']}" for b in result["batches"]),
         "- every contender: label-smoothed loss (ε 0.1), Adam(0.9, 0.98, 1e-9), inverse-sqrt schedule",
         f"- decoding: {d['sentences']} dev sentences in length-sorted batches of {o['decode_batch_sentences']}, beam "
         f"{d['beam_size']}, length penalty {d['length_penalty']}, max length the batch's longest source + 50 for all three, {o['decode_rounds']} rounds; "
         "untrained weights (hypotheses run to the cap: every decoder does full-length work), copied into Marian for HF; "
         "in fp32 for all three at any --precision (the cached = uncached check needs exact arithmetic); our cached "
-        "decoder's attention and beam candidates: " + ("the native kernels (lightning_modules/kernels/decoding.cpp)"
-                                                       if d["native_kernels"] else "PyTorch's attention and torch.topk "
-                                                       "(the native kernels are CPU-only, or did not build)"),
+        "decoder's attention and beam candidates: "
+        + (
+            "the native kernels (lightning_modules/kernels/decoding.cpp)"
+            if d["native_kernels"]
+            else "PyTorch's attention and torch.topk (the native kernels are CPU-only, or did not build)"
+        ),
         "",
         "## Ratios (> 1: we are faster)",
         "",
     ]
-    ratios = [[f"`{key}`", f"{result[key]:.3f}", f"≥ {TARGETS[key]:g}", met(result[key], TARGETS[key])]
-              for key in RATIO_KEYS]
-    ratios += [[f"padding efficiency, {corpus}", f"{value:.3f}", f"≥ {PADDING_TARGET:g}", met(value, PADDING_TARGET)]
-               for corpus, value in result["padding_efficiency"].items()]
+    ratios = [
+        [f"`{key}`", f"{result[key]:.3f}", f"≥ {TARGETS[key]:g}", met(result[key], TARGETS[key])] for key in RATIO_KEYS
+    ]
+    ratios += [
+        [f"padding efficiency, {corpus}", f"{value:.3f}", f"≥ {PADDING_TARGET:g}", met(value, PADDING_TARGET)]
+        for corpus, value in result["padding_efficiency"].items()
+    ]
     lines += markdown_table(["ratio", "measured", "target", "met"], ["", "r", "r", ""], ratios)
     other = result["other_clock_ratios"]
-    lines += ["", f"Clock: **{result['clock']}** time. The same ratios on the {other['clock']} clock: " + ", ".join(
-        f"`{key}` {other[key]:.3f}" for key in RATIO_KEYS) + ".", ""]
+    lines += [
+        "",
+        f"Clock: **{result['clock']}** time. The same ratios on the {other['clock']} clock: "
+        + ", ".join(f"`{key}` {other[key]:.3f}" for key in RATIO_KEYS)
+        + ".",
+        "",
+    ]
     lines += ["", f"## Training (non-pad target tokens/s on the {result['clock']} clock, median)", ""]
     mfu = result["mfu_vs_bf16_peak"]
     lines += markdown_table(
-        ["contender", "tokens/s", "rounds: wall/CPU s", "model GFLOP/s", "MFU vs bf16 peak"], ["", "r", "", "r", "r"],
-        ([name, f"{rate:,.0f}", rounds(result["train_seconds"][name]), f"{result['model_flops_per_s'][name] / 1e9:.1f}",
-          "n/a (no GPU)" if mfu is None else f"{100 * mfu[name]:.1f}%"]
-         for name, rate in result["train_tokens_per_s"].items()))
+        ["contender", "tokens/s", "rounds: wall/CPU s", "model GFLOP/s", "MFU vs bf16 peak"],
+        ["", "r", "", "r", "r"],
+        (
+            [
+                name,
+                f"{rate:,.0f}",
+                rounds(result["train_seconds"][name]),
+                f"{result['model_flops_per_s'][name] / 1e9:.1f}",
+                "n/a (no GPU)" if mfu is None else f"{100 * mfu[name]:.1f}%",
+            ]
+            for name, rate in result["train_tokens_per_s"].items()
+        ),
+    )
     lines += ["", f"## Decoding (sentences/s on the {result['clock']} clock, median)", ""]
-    lines += markdown_table(["contender", "sentences/s", "rounds: wall/CPU s"], ["", "r", ""],
-                            ([name, f"{rate:.2f}", rounds(result["decode_seconds"][name])]
-                             for name, rate in result["decode_sentences_per_s"].items()))
-    lines += ["", f"- cached and uncached outputs identical: {'yes' if d['cached_equals_uncached'] else 'NO'}; "
-              f"mean output length {d['mean_output_tokens']:.1f} tokens",
-              f"- HF holds our weights: teacher-forced logits differ by at most "
-              f"{d['max_logit_difference_vs_marian']:.2e}; identical beam outputs for "
-              f"{100 * d['same_output_as_hf']:.1f}% of sentences",
-              "", "## Peak memory (MiB)", "", f"Scope: {result['peak_memory_scope']}.", ""]
-    lines += markdown_table(["contender", "MiB"], ["", "r"],
-                            ([name, f"{mib:,.0f}"] for name, mib in result["peak_memory_mib"].items()))
+    lines += markdown_table(
+        ["contender", "sentences/s", "rounds: wall/CPU s"],
+        ["", "r", ""],
+        (
+            [name, f"{rate:.2f}", rounds(result["decode_seconds"][name])]
+            for name, rate in result["decode_sentences_per_s"].items()
+        ),
+    )
+    lines += [
+        "",
+        f"- cached and uncached outputs identical: {'yes' if d['cached_equals_uncached'] else 'NO'}; "
+        f"mean output length {d['mean_output_tokens']:.1f} tokens",
+        f"- HF holds our weights: teacher-forced logits differ by at most "
+        f"{d['max_logit_difference_vs_marian']:.2e}; identical beam outputs for "
+        f"{100 * d['same_output_as_hf']:.1f}% of sentences",
+        "",
+        "## Peak memory (MiB)",
+        "",
+        f"Scope: {result['peak_memory_scope']}.",
+        "",
+    ]
+    lines += markdown_table(
+        ["contender", "MiB"], ["", "r"], ([name, f"{mib:,.0f}"] for name, mib in result["peak_memory_mib"].items())
+    )
     lines += ["", "## Speed levers", ""]
     levers = result["levers"]
-    rows = [[lever, "; ".join(f"{name}: {rate:,.0f}" for name, rate in levers[lever]["tokens_per_s"].items()),
-             f"{levers[lever]['speedup']:.3f}", LEVER_DEFAULTS[lever]]
-            for lever in ("attention_kernel", "bf16_autocast", "fused_adam", "torch_compile") if lever in levers]
+    rows = [
+        [
+            lever,
+            "; ".join(f"{name}: {rate:,.0f}" for name, rate in levers[lever]["tokens_per_s"].items()),
+            f"{levers[lever]['speedup']:.3f}",
+            LEVER_DEFAULTS[lever],
+        ]
+        for lever in ("attention_kernel", "bf16_autocast", "fused_adam", "torch_compile")
+        if lever in levers
+    ]
     if "decode_native_kernels" in levers:
         kernels = levers["decode_native_kernels"]
-        rows.append(["decode_native_kernels (sentences/s)", f"native: {kernels['sentences_per_s']['native']:.2f}; "
-                     f"pytorch: {kernels['sentences_per_s']['pytorch']:.2f}", f"{kernels['speedup']:.3f}",
-                     LEVER_DEFAULTS["decode_native_kernels"]])
-    lines += markdown_table(["lever", "setting: tokens/s", "speed-up of the lever", "on by default"], ["", "", "r", ""],
-                            rows)
-    lines += ["", f"- data loading: collating one batch on the main process takes {levers['collate_ms_per_batch']:.2f} ms, "
-              f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step",
-              "- length bucketing (padding efficiency, both sides): " + "; ".join(
-                  f"{corpus}: bucketed {v['bucketed']:.3f}, unbucketed {v['unbucketed']:.3f}" for corpus, v in levers["length_bucketing"].items()),
-              "", "## Notes", ""] + [f"- {note}" for note in NOTES] + ["", f"Bench wall time: {result['seconds']:.0f} s.", ""]
+        rows.append(
+            [
+                "decode_native_kernels (sentences/s)",
+                f"native: {kernels['sentences_per_s']['native']:.2f}; "
+                f"pytorch: {kernels['sentences_per_s']['pytorch']:.2f}",
+                f"{kernels['speedup']:.3f}",
+                LEVER_DEFAULTS["decode_native_kernels"],
+            ]
+        )
+    lines += markdown_table(
+        ["lever", "setting: tokens/s", "speed-up of the lever", "on by default"], ["", "", "r", ""], rows
+    )
+    lines += (
+        [
+            "",
+            f"- data loading: collating one batch on the main process takes {levers['collate_ms_per_batch']:.2f} ms, "
+            f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step",
+            "- length bucketing (padding efficiency, both sides): "
+            + "; ".join(
+                f"{corpus}: bucketed {v['bucketed']:.3f}, unbucketed {v['unbucketed']:.3f}"
+                for corpus, v in levers["length_bucketing"].items()
+            ),
+            "",
+            "## Notes",
+            "",
+        ]
+        + [f"- {note}" for note in NOTES]
+        + ["", f"Bench wall time: {result['seconds']:.0f} s.", ""]
+    )
     return "\n".join(lines)
 
 
 LEVER_DEFAULTS = {
     "attention_kernel": "chosen per call: SDPA's fused kernel, except explicit matmuls for bf16 on CPU; the first "
-                        "setting is the one chosen at this precision",
+    "setting is the one chosen at this precision",
     "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64, where a "
-                     "base run trained slower in bf16 than in fp32: sweeps/scales.yaml, the tiny preset)",
+    "base run trained slower in bf16 than in fp32: sweeps/scales.yaml, the tiny preset)",
     "fused_adam": "no: torch's default (foreach) Adam",
     "native_dropout": "yes on CPU for fp32 and bf16 (where a C++ compiler builds the kernels; ATTENTION_NATIVE_KERNELS=0 "
-                      "turns them off): the noise drawn by a counter-based hash instead of torch's Bernoulli sampler; "
-                      "torch's fused dropout on CUDA",
+    "turns them off): the noise drawn by a counter-based hash instead of torch's Bernoulli sampler; "
+    "torch's fused dropout on CUDA",
     "decode_native_kernels": "yes on CPU (where a C++ compiler builds them; ATTENTION_NATIVE_KERNELS=0 turns them off): "
-                             "the attention kernel for fp32 steps without autocast, the beam candidates for every "
-                             "search; PyTorch's attention and torch.topk elsewhere",
+    "the attention kernel for fp32 steps without autocast, the beam candidates for every "
+    "search; PyTorch's attention and torch.topk elsewhere",
     "torch_compile": "no (`train.compile: false`)",
 }
 

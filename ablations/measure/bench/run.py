@@ -17,16 +17,32 @@ from lightning_modules.flops import step_flops
 from lightning_modules.module import TranslationModule, make_optimizer
 from lightning_modules.transformer import Transformer, prefers_explicit_attention
 
-from .batches import (bucketed_and_unbucketed, built_in_corpus, collate_seconds, decode_sources, multi30k_corpus,
-                      training_batches)
+from .batches import (
+    bucketed_and_unbucketed,
+    built_in_corpus,
+    collate_seconds,
+    decode_sources,
+    multi30k_corpus,
+    training_batches,
+)
 from .contenders import TorchTransformerModel, decode_hf, decode_ours, lever_contender, lightning_contender, plain_step
 from .marian import logit_difference, marian_forward, marian_from_ours, marian_model
 from .options import BenchOptions, machine, require_transformers
-from .timing import (bf16_peak_flops, interleave, median_seconds, peak_memory_mib, ratio, reset_peak_memory, timed,
-                     timed_loop)
+from .timing import (
+    bf16_peak_flops,
+    interleave,
+    median_seconds,
+    peak_memory_mib,
+    ratio,
+    reset_peak_memory,
+    timed,
+    timed_loop,
+)
 
 
-def measure_levers(options: BenchOptions, batches: list[dict[str, Any]], device: torch.device, tokens: int) -> dict[str, Any]:
+def measure_levers(
+    options: BenchOptions, batches: list[dict[str, Any]], device: torch.device, tokens: int
+) -> dict[str, Any]:
     """tokens/s of the default setting and its alternative for each lever; `wins` says whether the lever helps."""
     compute_dtype = torch.bfloat16 if options.precision == "bf16-mixed" else torch.float32
     explicit = prefers_explicit_attention(torch.empty(0, dtype=compute_dtype, device=device))
@@ -56,16 +72,22 @@ def measure_levers(options: BenchOptions, batches: list[dict[str, Any]], device:
     return results
 
 
-def other_clock_ratios(train_times: dict[str, list[dict[str, float]]], decode_times: dict[str, list[dict[str, float]]],
-                       clock: str) -> dict[str, Any]:
+def other_clock_ratios(
+    train_times: dict[str, list[dict[str, float]]], decode_times: dict[str, list[dict[str, float]]], clock: str
+) -> dict[str, Any]:
     """The five ratios on the other clock, as a cross-check (times, not rates: ratio = their seconds / ours)."""
+
     def speedup(times: dict[str, list[dict[str, float]]], theirs: str) -> float:
         return ratio(median_seconds(times[theirs], clock), median_seconds(times["ours"], clock))
 
-    return {"clock": clock, "train_vs_marian": speedup(train_times, "marian"),
-            "train_vs_torch_transformer": speedup(train_times, "torch_transformer"),
-            "train_vs_bare_loop": speedup(train_times, "bare_loop"),
-            "decode_vs_hf_generate": speedup(decode_times, "hf_generate"), "decode_vs_uncached": speedup(decode_times, "uncached")}
+    return {
+        "clock": clock,
+        "train_vs_marian": speedup(train_times, "marian"),
+        "train_vs_torch_transformer": speedup(train_times, "torch_transformer"),
+        "train_vs_bare_loop": speedup(train_times, "bare_loop"),
+        "decode_vs_hf_generate": speedup(decode_times, "hf_generate"),
+        "decode_vs_uncached": speedup(decode_times, "uncached"),
+    }
 
 
 def run_bench(options: BenchOptions, progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
@@ -103,8 +125,9 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     peak: dict[str, float] = {}
     train_times = time_training(options, run, batches, device, peak)
     train_rate = {name: timed_tokens / median_seconds(seconds, clock) for name, seconds in train_times.items()}
-    flops = sum(step_flops(run.model, run.data.vocab_size, tuple(b["src"].shape), tuple(b["tgt_in"].shape))
-                for b in batches[1:])
+    flops = sum(
+        step_flops(run.model, run.data.vocab_size, tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches[1:]
+    )
     peak_flops = bf16_peak_flops(device, options.peak_tflops)
     achieved = {name: flops / median_seconds(seconds, clock) for name, seconds in train_times.items()}
 
@@ -121,7 +144,8 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     if native_kernels:
         levers["decode_native_kernels"] = {
             "sentences_per_s": {"native": decode_rate["ours"], "pytorch": decode_rate["ours_without_native_kernels"]},
-            "speedup": ratio(decode_rate["ours"], decode_rate["ours_without_native_kernels"])}
+            "speedup": ratio(decode_rate["ours"], decode_rate["ours_without_native_kernels"]),
+        }
     levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
     levers["step_ms_ours"] = 1e3 * median_seconds(train_times["ours"], clock) / options.timed_batches
     levers["length_bucketing"] = padding
@@ -140,40 +164,53 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
         "train_seconds": train_times,
         "decode_sentences_per_s": decode_rate,
         "decode_seconds": decode_seconds,
-        "decode": {"sentences": n_sentences, "beam_size": options.beam_size, "length_penalty": 0.0,
-                   "mean_output_tokens": statistics.mean(len(o) for o in outputs["ours"]) if n_sentences else 0.0,
-                   "cached_equals_uncached": True, "same_output_as_hf": same_as_hf, "native_kernels": native_kernels,
-                   "max_logit_difference_vs_marian": decoding["max_logit_difference"]},
+        "decode": {
+            "sentences": n_sentences,
+            "beam_size": options.beam_size,
+            "length_penalty": 0.0,
+            "mean_output_tokens": statistics.mean(len(o) for o in outputs["ours"]) if n_sentences else 0.0,
+            "cached_equals_uncached": True,
+            "same_output_as_hf": same_as_hf,
+            "native_kernels": native_kernels,
+            "max_logit_difference_vs_marian": decoding["max_logit_difference"],
+        },
         "model_flops_per_s": achieved,
         "mfu_vs_bf16_peak": {name: value / peak_flops for name, value in achieved.items()} if peak_flops else None,
         "peak_memory_mib": peak,
-        "peak_memory_scope": "per contender (torch.cuda.max_memory_allocated)" if device.type == "cuda"
+        "peak_memory_scope": "per contender (torch.cuda.max_memory_allocated)"
+        if device.type == "cuda"
         else "process peak RSS so far (CPU has no per-contender allocator statistics)",
         "levers": levers,
-        "batches": [{"src": list(b["src"].shape), "tgt": list(b["tgt_in"].shape), "tgt_tokens": b["n_tgt_tokens"]}
-                    for b in batches],
+        "batches": [
+            {"src": list(b["src"].shape), "tgt": list(b["tgt_in"].shape), "tgt_tokens": b["n_tgt_tokens"]}
+            for b in batches
+        ],
         "options": dataclasses.asdict(options),
         "machine": {**machine(), "load_average_before": list(load_before)},
         "seconds": time.perf_counter() - started,
     }
 
 
-def padding_of_corpora(options: BenchOptions, data: TranslationDataModule,
-                       progress: Callable[[str], None]) -> dict[str, dict[str, float]]:
+def padding_of_corpora(
+    options: BenchOptions, data: TranslationDataModule, progress: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
     """Padding efficiency, bucketed and not, of the built-in corpus and (with --multi30k) of Multi30k."""
     ls, lt = data.dataset("train").lengths()
     padding: dict[str, Any] = {"generated": bucketed_and_unbucketed(ls, lt, options.batch_tokens, options.seed)}
     if options.multi30k:
         progress("data: Multi30k")
         m30k = multi30k_corpus(options.multi30k, options.batch_tokens, options.seed)
-        padding["multi30k"] = bucketed_and_unbucketed(*m30k.dataset("train").lengths(), options.batch_tokens,
-                                                      options.seed)
+        padding["multi30k"] = bucketed_and_unbucketed(
+            *m30k.dataset("train").lengths(), options.batch_tokens, options.seed
+        )
     return padding
 
 
-def with_peak(name: str, measure: Callable[[], dict[str, float]], device: torch.device,
-              peak: dict[str, float]) -> Callable[[], dict[str, float]]:
+def with_peak(
+    name: str, measure: Callable[[], dict[str, float]], device: torch.device, peak: dict[str, float]
+) -> Callable[[], dict[str, float]]:
     """`measure`, recording the peak memory of its rounds under `name` in `peak`."""
+
     def wrapped() -> dict[str, float]:
         reset_peak_memory(device)
         seconds = measure()
@@ -183,8 +220,9 @@ def with_peak(name: str, measure: Callable[[], dict[str, float]], device: torch.
     return wrapped
 
 
-def time_training(options: BenchOptions, run: RunConfig, batches: list[dict[str, Any]], device: torch.device,
-                  peak: dict[str, float]) -> Rounds:
+def time_training(
+    options: BenchOptions, run: RunConfig, batches: list[dict[str, Any]], device: torch.device, peak: dict[str, float]
+) -> Rounds:
     """The four training contenders, each from the same seed, interleaved over the rounds."""
     cfg = run.model
     torch.manual_seed(options.seed)
@@ -200,8 +238,9 @@ def time_training(options: BenchOptions, run: RunConfig, batches: list[dict[str,
     torch_optimizer, torch_schedule = make_optimizer(torch_tf.parameters(), run)
 
     def loop(forward: Callable[[dict[str, Any]], Any], optimizer, schedule) -> Callable[[], dict[str, float]]:
-        return lambda: timed_loop(plain_step(forward, optimizer, schedule, device, options.precision, run.train.eps_ls),
-                                  batches, device)
+        return lambda: timed_loop(
+            plain_step(forward, optimizer, schedule, device, options.precision, run.train.eps_ls), batches, device
+        )
 
     train_steps = {
         "ours": lightning_contender(module, batches, options, device),
@@ -212,8 +251,14 @@ def time_training(options: BenchOptions, run: RunConfig, batches: list[dict[str,
     return interleave({name: with_peak(name, fn, device, peak) for name, fn in train_steps.items()}, options.rounds)
 
 
-def time_decoding(options: BenchOptions, cfg: ModelConfig, data: TranslationDataModule, probe: dict[str, Any],
-                  device: torch.device, peak: dict[str, float]) -> dict[str, Any]:
+def time_decoding(
+    options: BenchOptions,
+    cfg: ModelConfig,
+    data: TranslationDataModule,
+    probe: dict[str, Any],
+    device: torch.device,
+    peak: dict[str, float],
+) -> dict[str, Any]:
     """Our cached and uncached beam search and HF generate on our weights (and, where the native kernels build, our
     cached search without them), interleaved; outputs checked to agree. Peak memory under `decode_<name>`."""
     # Untrained weights, deliberately: after the few training steps above the model answers EOS at once (empty
@@ -249,5 +294,10 @@ def time_decoding(options: BenchOptions, cfg: ModelConfig, data: TranslationData
         raise RuntimeError("cached and uncached beam search returned different outputs: the key/value cache is wrong")
     if native_kernels and outputs["ours"] != outputs["ours_without_native_kernels"]:
         raise RuntimeError("beam search returned different outputs with the native decoding kernels and without them")
-    return {"seconds": decode_seconds, "outputs": outputs, "native_kernels": native_kernels,
-            "sentences": sum(src.shape[0] for src in sources), "max_logit_difference": max_logit_difference}
+    return {
+        "seconds": decode_seconds,
+        "outputs": outputs,
+        "native_kernels": native_kernels,
+        "sentences": sum(src.shape[0] for src in sources),
+        "max_logit_difference": max_logit_difference,
+    }

@@ -11,11 +11,16 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from lightning_modules.config import ModelConfig
-
-
 # Dense bf16 peak of common GPUs in TFLOP/s (vendor data sheets, without sparsity), for model FLOPs utilisation.
-BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "RTX 4090": 165.0}
+BF16_PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100": 989.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10": 125.0,
+    "RTX 4090": 165.0,
+}
 
 
 def synchronize(device: torch.device) -> None:
@@ -79,7 +84,9 @@ def reset_peak_memory(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def timed_loop(step: Callable[[dict[str, Any]], None], batches: list[dict[str, Any]], device: torch.device) -> dict[str, float]:
+def timed_loop(
+    step: Callable[[dict[str, Any]], None], batches: list[dict[str, Any]], device: torch.device
+) -> dict[str, float]:
     """Seconds (per clock) for batches[1:], after an untimed warm-up step on batches[0]."""
     step(batches[0])
     synchronize(device)
