@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from lightning_modules.cpuinfo import cpu_field
 
-from ...provenance import code_commit
+from ...provenance import code_commit, cpu_model
 
 PRECISIONS = ("32-true", "bf16-mixed")
 CLOCKS = ("wall", "cpu")
@@ -155,14 +155,8 @@ def require_transformers():
 
 def cpu_info() -> tuple[str, bool]:
     """The CPU's model name and whether it has native bf16 arithmetic (avx512_bf16 or amx_bf16)."""
-    cpu = platform.processor() or "unknown"
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return cpu, False
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
-    flags = next((line for line in lines if line.startswith("flags")), "")
-    return cpu, "avx512_bf16" in flags or "amx_bf16" in flags
+    flags = cpu_field("flags") or ""
+    return cpu_model(), "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def default_precision(device: str) -> str:
