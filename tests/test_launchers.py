@@ -292,7 +292,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_the_local_launcher_trains_a_run_on_two_cpu_processes(corpus, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(launch, "visible_gpus", lambda: [])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     path = write_sweep(tmp_path, corpus, {"base": {}})
     out = tmp_path / "runs"
     assert cli.main(sweep_args(path, out, "--gpus-per-run", "2")) == 0
