@@ -26,9 +26,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e '.[dev]'
 	touch $@
 
-# All 20 rows x 2 seeds at the tiny scale, two runs at a time; finished runs are skipped on a rerun.
+# All 20 rows x 2 seeds at the tiny scale, WORKERS runs at a time (auto: one single-thread run per core; on a GPU,
+# several per GPU); finished runs are skipped on a rerun. `make table3 WORKERS=2` for two.
+WORKERS ?= auto
 table3: $(STAMP)
-	$(BIN)/ablate sweep sweeps/table3.yaml --scale tiny --workers 2
+	$(BIN)/ablate sweep sweeps/table3.yaml --scale tiny --workers $(WORKERS)
 	$(BIN)/ablate table sweeps/table3.yaml --scale tiny
 
 params: $(STAMP)

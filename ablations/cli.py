@@ -140,6 +140,12 @@ def parse_id_list(text: str, flag: str) -> list[str]:
     return items
 
 
+def parse_workers(text: str) -> int | str:
+    from .launch.processes import parse_workers as parse
+
+    return parse(text)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .launch.local import run_sweep
 
@@ -165,7 +171,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         args.scale,
         rows=rows,
         seeds=seeds,
-        workers=args.workers,
+        workers=parse_workers(args.workers) if args.workers is not None else None,
         out=args.out,
         sets=sets,
         dry_run=args.dry_run,
@@ -227,13 +233,15 @@ def slurm_options(args: argparse.Namespace):
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from .launch.processes import auto_workers
     from .search.command import run_search
 
+    workers = parse_workers(args.workers)
     return run_search(
         args.search,
         trials=args.trials,
         storage=args.storage,
-        workers=args.workers,
+        workers=auto_workers() if workers == "auto" else workers,
         scale=args.scale,
         out=args.out,
         sampler=args.sampler,
@@ -329,7 +337,10 @@ def add_search_parser(sub: Any) -> None:
         help="sqlite:///F.db, postgresql://..., journal:PATH or PATH.journal (default: sqlite:///<out>/<name>.db)",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, metavar="K", help="trials at a time, each a worker process (default 1)"
+        "--workers",
+        default="1",
+        metavar="K|auto",
+        help="trials at a time, each a worker process (default 1); auto: one per core on CPU, one per GPU with GPUs",
     )
     parser.add_argument("--scale", help="scale preset (default: the file's scale)")
     parser.add_argument(
@@ -415,7 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
     seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
     sweep.add_argument(
-        "--workers", type=int, metavar="K", help="runs at a time (default: one per GPU, else 1); each gets cores // K"
+        "--workers",
+        metavar="K|auto",
+        help="runs at a time (default: one per GPU, else 1); each gets cores // K. auto: one single-thread run per "
+        "core on CPU; with GPUs, runs per GPU by the largest run's parameters (4 under 10M, 2 under 100M, else 1: "
+        "a small model leaves most of a GPU idle), at most one per core",
     )
     sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
     sweep.add_argument(

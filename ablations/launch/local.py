@@ -20,6 +20,7 @@ from .processes import (
     GRACE_SECONDS,
     LOG_FILE,
     Slot,
+    auto_workers,
     child_env,
     default_workers,
     describe_exit,
@@ -62,7 +63,57 @@ def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
     return params, tokens, flops
 
 
-def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
+RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results/records/<sweep>_<scale>/<run>
+
+
+def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
+    """Measured `wall_seconds` of finished (done) runs under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under
+    results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`), keyed by run id (seconds) and by (sweep, scale, row)
+    ((seconds, steps trained)); the latest seen wins. Runs of the out folder are read after the records, so one's own machine counts first."""
+    costs: dict[Any, Any] = {}
+    for root, nested in ((records, False), (out, True)):
+        if not root.is_dir():
+            continue
+        for path in sorted(root.glob("*/*/*/metrics.json" if nested else "*/*/metrics.json")):
+            record = read_metrics(path.parent) or {}
+            seconds = record.get("wall_seconds")
+            if record.get("status") != "done" or not isinstance(seconds, (int, float)) or seconds <= 0:
+                continue
+            folder = path.parent
+            if nested:
+                sweep, scale = folder.parent.parent.name, folder.parent.name
+            else:
+                sweep, _, scale = folder.parent.name.rpartition("_")
+            row = folder.name.rsplit("-s", 1)[0] if "-s" in folder.name else folder.name
+            steps = record.get("steps")
+            costs[(sweep, scale, row)] = (float(seconds), steps if isinstance(steps, int) and steps > 0 else None)
+            if record.get("run_id"):
+                costs[record["run_id"]] = float(seconds)
+    return costs
+
+
+def run_cost(run: Run, costs: dict[Any, Any]) -> Optional[float]:
+    """A run's measured wall seconds: its own run id's, else its row's at the same sweep and scale times the ratio
+    of steps (this run's train.max_steps over the steps that run trained, e.g. under another --set); None when
+    neither has finished anywhere the dry run looks."""
+    spec = run.spec
+    if spec.run_id in costs:
+        return costs[spec.run_id]
+    if (spec.sweep, spec.scale, spec.row) not in costs:
+        return None
+    seconds, steps = costs[(spec.sweep, spec.scale, spec.row)]
+    return seconds * spec.config.train.max_steps / steps if steps else seconds
+
+
+def expected_wall(seconds: list[float], workers: int) -> float:
+    """The makespan of runs of these costs, longest first, each to the worker free first (what the launcher does)."""
+    free = [0.0] * max(1, workers)
+    for cost in sorted(seconds, reverse=True):
+        free[free.index(min(free))] += cost
+    return max(free)
+
+
+def print_plan(runs: list[Run], out: Path, slots: list[Slot], costs: Optional[dict[Any, Any]] = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -97,6 +148,22 @@ def print_plan(runs: list[Run], out: Path, slots: list[Slot]) -> None:
             f"{len(slots)} worker(s), {slot.threads} thread(s) and {len(slot.cores)} core(s) each"
             + (f", GPUs {','.join(gpus)}" if gpus else ", no GPU")
         )
+    if costs is not None:
+        todo = [run for run in runs if folder_status(run.dir) != "done"]
+        known = [cost for cost in (run_cost(run, costs) for run in todo) if cost is not None]
+        unknown = len(todo) - len(known)
+        if not todo:
+            console.print("expected wall time: 0s (every run is done)")
+        elif not known:
+            console.print(
+                f"expected wall time: no measured cost (none of the {len(todo)} runs to train has finished before)"
+            )
+        else:
+            console.print(
+                f"expected wall time ≈ {duration(expected_wall(known, max(1, len(slots))))} on {max(1, len(slots))} "
+                f"worker(s), from the measured wall_seconds of finished runs (same run id, or same row at this scale)"
+                + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -382,7 +449,7 @@ def run_sweep(
     scale: str,
     rows: Optional[Sequence[str]] = None,
     seeds: Optional[Sequence[int]] = None,
-    workers: Optional[int] = None,
+    workers: Optional[int | str] = None,
     out: str | Path = "runs",
     sets: Optional[dict[str, Any]] = None,
     dry_run: bool = False,
@@ -400,8 +467,8 @@ def run_sweep(
 
     With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`).
     """
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers {workers}: expected a positive integer")
+    if workers is not None and workers != "auto" and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"--workers {workers}: expected a positive integer or auto")
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
     if reuse and not dry_run:
         for run, twin in reuse_finished_twins(runs, Path(out)):
@@ -411,8 +478,11 @@ def run_sweep(
             print_plan(runs, Path(out), [])
             return 0
         return submit_sweep(runs, slurm, Path(out), retry_failed=retry_failed, wait=wait)
+    if workers == "auto":
+        cache: dict = {}
+        workers = auto_workers(max((estimates(run, cache)[0] for run in runs), default=None), gpus_per_run)
     slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
     if dry_run:
-        print_plan(runs, Path(out), slots)
+        print_plan(runs, Path(out), slots, measured_costs(Path(out)))
         return 0
     return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace).run()

@@ -98,6 +98,45 @@ def default_workers(gpus_per_run: int = 1) -> int:
     return max(1, len(visible_gpus()) // gpus_per_run)
 
 
+# `--workers auto` on a GPU: runs per GPU (group) by the parameters of the largest run. A model this small leaves
+# most of a GPU's memory and compute idle (weights, gradients and Adam's two moments are 16 bytes a parameter:
+# 160 MB at 10M parameters), so several share one; the count is a stated rule, not a measurement.
+RUNS_PER_GPU = ((10_000_000, 4), (100_000_000, 2))  # (fewer parameters than, runs per GPU); else 1
+
+
+def runs_per_gpu(params: Optional[int]) -> int:
+    """Runs sharing one GPU (group) under `--workers auto`: 4 under 10M parameters, 2 under 100M, else 1."""
+    if params is None:
+        return 1
+    for limit, runs in RUNS_PER_GPU:
+        if params < limit:
+            return runs
+    return 1
+
+
+def auto_workers(params: Optional[int] = None, gpus_per_run: int = 1) -> int:
+    """`--workers auto`: on CPU one single-thread run per core this process may use (os.sched_getaffinity); with
+    GPUs, runs_per_gpu(params) runs per GPU group, at most one per core."""
+    cores = len(available_cores())
+    groups = len(visible_gpus()) // gpus_per_run
+    if not groups:
+        return max(1, cores // gpus_per_run)
+    return max(1, min(groups * runs_per_gpu(params), cores))
+
+
+def parse_workers(text: str) -> int | str:
+    """The value of `--workers`: a positive integer or `auto`."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--workers {text!r}: expected a positive integer or auto") from None
+    if value < 1:
+        raise ValueError(f"--workers {text}: expected a positive integer or auto")
+    return value
+
+
 def train_command(config_path: Path, run_dir: Path) -> list[str]:
     """The training process of one run (an argv list: no shell)."""
     return [sys.executable, "-m", "ablations.cli", "train", "--config", str(config_path), "--run-dir", str(run_dir)]

@@ -1,0 +1,64 @@
+"""The first-hour fixes of issue 17: `--workers auto` and the dry run's expected wall time, final metrics at the
+trained step, a done run left alone, files with the user's umask, a bounded `ablate sync`, masked storage URLs,
+an empty corpus named, `params --scale` with the scale's vocabulary, `--scales FILE`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from test_sweep import write_sweep
+
+from ablations.launch import local, processes
+from ablations.launch.plan import plan
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+def test_workers_auto_is_one_run_per_core_on_cpu_and_several_per_gpu_for_small_models(monkeypatch):
+    monkeypatch.setattr(processes, "available_cores", lambda: [0, 1, 2])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
+    assert processes.auto_workers(829_000) == 3
+    assert [s.threads for s in processes.make_slots(3, cores=[0, 1, 2], gpus=[])] == [1, 1, 1]
+    monkeypatch.setattr(processes, "available_cores", lambda: list(range(16)))
+    monkeypatch.setattr(processes, "visible_gpus", lambda: ["0"])
+    assert processes.auto_workers(829_000) == 4  # under 10M parameters: 4 share the GPU
+    assert processes.auto_workers(60_000_000) == 2
+    assert processes.auto_workers(213_000_000) == 1
+    assert processes.auto_workers(None) == 1
+    assert processes.parse_workers("auto") == "auto" and processes.parse_workers("3") == 3
+    with pytest.raises(ValueError, match="positive integer or auto"):
+        processes.parse_workers("0")
+
+
+def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, capsys, monkeypatch):
+    path = write_sweep(tmp_path / "sweep", tmp_path / "corpus", {"base": {}, "N2": {"model.N": 2}})
+    out = tmp_path / "runs"
+    monkeypatch.setattr(processes, "available_cores", lambda: [0, 1])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
+    empty = tmp_path / "no-records"
+    monkeypatch.setattr(local, "RECORDS", empty)
+    monkeypatch.setattr(local.measured_costs, "__defaults__", (empty,))
+    assert local.run_sweep(path, "test", workers="auto", out=out, dry_run=True) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "2 worker(s), 1 thread(s)" in text and "no measured cost" in text
+    runs = plan(path, "test", out=out)
+    done = runs[0]
+    done.dir.mkdir(parents=True)
+    steps = done.spec.config.train.max_steps
+    (done.dir / "metrics.json").write_text(
+        json.dumps({"status": "done", "wall_seconds": 100.0, "steps": steps, "run_id": done.spec.run_id})
+    )
+    costs = local.measured_costs(out, empty)
+    assert local.run_cost(done, costs) == 100.0
+    assert local.run_cost(runs[1], costs) is None
+    # the same row under another step count: its measured seconds scaled by the steps
+    twin = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[0]
+    assert local.run_cost(twin, costs) == pytest.approx(200.0)
+    assert local.expected_wall([100.0, 60.0, 50.0], 2) == 110.0
+    assert (
+        local.run_sweep(path, "test", workers="auto", out=out, dry_run=True, sets={"train.max_steps": 2 * steps}) == 0
+    )
+    text = " ".join(capsys.readouterr().out.split())
+    assert "expected wall time ≈ 3m20s on 2 worker(s)" in text and "no measured cost for 1 more run(s)" in text
