@@ -288,6 +288,7 @@ def test_command_line(project, capsys):
             str(project / "runs"),
             "--out",
             str(project / "out"),
+            "--partial",
         ]
     )
     assert args.handler(args) == 0

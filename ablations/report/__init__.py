@@ -4,16 +4,21 @@ Pure functions of the records: nothing is trained and no clock is read. The tabl
 `<out>/<sweep>_<scale>.md`, `.csv` and `.tex`, with its plots under `<out>/plots/` (plots.py), Table 2 as
 `<out>/table2_<scale>.*` when the sweep has base and big rows (table2.py), the table as data in
 `<out>/<sweep>_<scale>.json`, and the offline dashboard `<out>/index.html` over every table there
-(dashboard.py); the same records give the same bytes. Layers, each importing only those below it: this module;
+(dashboard.py); the same records give the same bytes. `ablate table` selects runs as `ablate sweep` does (`--set`,
+`--data`, `--rows`, `--seeds`/`--seed-list`, `--runs` for sweep's `--out`), reads published records only with
+`--published`, and exits 1 without writing anything when a selected run is missing unless `--partial`. Layers, each importing only those below it: this module;
 plots, dashboard, table2; table3; collect (records, references, the bootstrap) and render (cells, writers).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
+from .collect import RunRecord, Selection, collect, published_for, selecting, unfinished
 from .dashboard import write_dashboard, write_table_data
 from .plots import table_curves, write_plots
 from .table2 import build_cost_table, write_cost_table
@@ -33,22 +38,135 @@ def write_outputs(table: Table, out: str | Path) -> list[Path]:
     return paths
 
 
+def selected_seeds(args: argparse.Namespace) -> Optional[tuple[int, ...]]:
+    """`--seeds N` (0..N-1) or `--seed-list S,S`, checked as `ablate sweep` checks them; None for the sweep's."""
+    from ..cli import parse_id_list
+
+    if getattr(args, "seeds", None) is not None:
+        if args.seeds < 1:
+            raise ValueError(f"--seeds {args.seeds}: expected a positive number of seeds (0..N-1)")
+        return tuple(range(args.seeds))
+    if getattr(args, "seed_list", None):
+        try:
+            seeds = tuple(int(s) for s in parse_id_list(args.seed_list, "--seed-list"))
+        except ValueError as error:
+            raise ValueError(f"--seed-list {args.seed_list!r}: expected integers like 0,1 ({error})") from None
+        if any(s < 0 for s in seeds):
+            raise ValueError(f"--seed-list {args.seed_list!r}: seeds are non-negative")
+        return seeds
+    return None
+
+
+def selection_of(args: argparse.Namespace) -> Selection:
+    """The runs `ablate sweep` would train with the same `--set`, `--data`, `--rows` and seeds."""
+    from ..cli import command_sets, parse_id_list
+
+    rows = tuple(parse_id_list(args.rows, "--rows")) if args.rows else None
+    return Selection(rows, selected_seeds(args), command_sets(args), published=args.published)
+
+
+def describe_selection(args: argparse.Namespace) -> Optional[str]:
+    parts = [f"rows {args.rows} (and base)"] if args.rows else []
+    if args.seeds is not None or args.seed_list:
+        parts.append(f"seeds {args.seed_list or ', '.join(map(str, range(args.seeds)))}")
+    parts += [f"--set {value}" for value in args.set or []]
+    parts += [f"--data {args.data}"] if args.data else []
+    return "; ".join(parts) or None
+
+
+def missing_message(missing: Sequence[RunRecord], total: int, published: Sequence[RunRecord], args) -> str:
+    counts: dict[str, int] = {}
+    for run in missing:
+        counts[run.status] = counts.get(run.status, 0) + 1
+    what = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+    lines = [
+        f"{len(missing)} of {total} selected runs have no finished record under "
+        f"{Path(args.runs) / '<sweep>' / args.scale}/ ({what}): "
+        + ", ".join(f"{run.spec.row}-s{run.spec.seed}" for run in missing[:8])
+        + (", ..." if len(missing) > 8 else "")
+    ]
+    if published:
+        lines.append(
+            f"{len(published)} of them are published records under {args.out}/records/ (not your runs): "
+            "add --published to use them"
+        )
+    lines.append(
+        "train them with `ablate sweep` and the same selectors, or add --partial to write the table with the gaps"
+    )
+    return "\n".join(lines)
+
+
+def selected_table(table: Table, selection: Selection, description: Optional[str]) -> Table:
+    """Only the selected rows (base among them); the header says what was selected and which runs are published."""
+    keep = selection.row_ids(table.sweep)
+    rows = table.rows if keep is None else tuple(result for result in table.rows if result.row.id in keep)
+    from_published = sum(run.from_published for result in rows for run in result.runs)
+    header = []
+    for label, value in table.header:
+        if label == "Runs" and from_published:
+            value = f"{value} ({from_published} from published records)"
+        header.append((label, value))
+        if label == "Sweep" and description:
+            header.append(("Selection", description))
+    return replace(table, rows=rows, header=tuple(header))
+
+
 def cmd_table(args: argparse.Namespace) -> int:
-    table = build_table(args.sweep, args.scale, runs=args.runs, out=args.out)
+    from ..sweep import load_sweep, scale_named
+
+    selection = selection_of(args)
+    sweep, scale = load_sweep(args.sweep), scale_named(args.sweep, args.scale)
+    with selecting(selection):
+        records = collect(sweep, scale, args.runs, args.out)
+        missing = unfinished(records)
+        message = ""
+        if missing:
+            published = [] if args.published else published_for(missing, sweep, scale, args.out)
+            message = missing_message(missing, len(records), published, args)
+            if not args.partial:
+                print(f"ablate table: {message}", file=sys.stderr)
+                return 1
+        table = selected_table(
+            build_table(args.sweep, args.scale, runs=args.runs, out=args.out), selection, describe_selection(args)
+        )
     for path in write_outputs(table, args.out):
         print(path)
     print(dict(table.header)["Runs"])
+    if message:
+        print(f"--partial: {message}", file=sys.stderr)
     return 0
 
 
 def add_table_parser(sub: Any) -> None:
+    from ..sweep import DATA_HELP
+
     parser = sub.add_parser(
         "table",
         help="a sweep's table at one scale, from run records (Markdown, CSV, LaTeX), "
         "its plots, Table 2 and results/index.html",
+        description="Table the runs that `ablate sweep` with the same selectors (--set, --data, --rows, --seeds or "
+        "--seed-list; sweep's --out is --runs here) trained. Exit code 1, writing nothing, when a selected run has no "
+        "finished record, unless --partial. Records published under <out>/records/ are used only with --published.",
     )
     parser.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
     parser.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
-    parser.add_argument("--runs", default="runs", help="root of run folders (default: runs/)")
+    parser.add_argument("--rows", help="comma-separated row ids, e.g. A1,B2 (default: all rows); base is always in")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
+    seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="the override the runs were trained with, as for sweep"
+    )
+    parser.add_argument("--data", help=DATA_HELP)
+    parser.add_argument("--runs", default="runs", help="root of run folders: sweep's --out (default: runs/)")
     parser.add_argument("--out", default="results", help="where tables and published records go (default: results/)")
+    parser.add_argument(
+        "--published",
+        action="store_true",
+        help="also use the records published under <out>/records/ (the repository's own tables); "
+        "the header counts them",
+    )
+    parser.add_argument(
+        "--partial", action="store_true", help="write the table even when selected runs are missing (exit 0)"
+    )
     parser.set_defaults(handler=cmd_table)

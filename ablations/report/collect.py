@@ -1,7 +1,8 @@
 """A sweep's run records, read and published: what every table, plot and the dashboard are built from.
 
-The runs a table needs come from `expand(sweep, scale)`; each is found by its run id under
-`<runs>/<sweep>/<scale>/` or among the records already published under `<out>/records/<sweep>_<scale>/`. A
+The runs a table needs come from `expand(sweep, scale)` with the selection's rows, seeds and sets (the same as
+`ablate sweep`'s); each is found by its run id under `<runs>/<sweep>/<scale>/` or, only when the selection says
+`published`, among the records already published under `<out>/records/<sweep>_<scale>/`. A
 finished (done, diverged or failed) run's small record (config.yaml, metrics.json, dev.hyp, test.hyp and its
 curves as `curves-<attempt>.csv`; never checkpoints) is copied there, and so are the dev references
 (`dev.ref`), so that `<out>` alone rebuilds the same table. Also here: the paired bootstrap of a row's dev BLEU
@@ -10,11 +11,13 @@ against base's, and a record's curves.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from lightning_modules.config import DataConfig
 
@@ -51,10 +54,41 @@ class RunRecord:
     metrics: Mapping[str, Any]
     meta: Mapping[str, Any]
     folder: Optional[Path]
+    from_published: bool = False  # found among `<out>/records/`, not under `<runs>`
 
     @property
     def done(self) -> bool:
         return self.status == "done"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which runs a table is of: `ablate sweep`'s rows, seeds and sets (None: all), and whether published records
+    count. Base is always among the rows."""
+
+    rows: Optional[tuple[str, ...]] = None
+    seeds: Optional[tuple[int, ...]] = None
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    published: bool = True
+
+    def row_ids(self, sweep: Sweep) -> Optional[list[str]]:
+        if self.rows is None:
+            return None
+        base = next((row for row in sweep.rows if row.group == "base"), sweep.rows[0]).id
+        return [row.id for row in sweep.rows if row.id in self.rows or row.id == base]
+
+
+SELECTION: contextvars.ContextVar[Selection] = contextvars.ContextVar("SELECTION", default=Selection())
+
+
+@contextlib.contextmanager
+def selecting(selection: Selection) -> Iterator[Selection]:
+    """`collect` (and so `build_table`) sees only the selection's runs inside the block."""
+    token = SELECTION.set(selection)
+    try:
+        yield selection
+    finally:
+        SELECTION.reset(token)
 
 
 def records_dir(out: str | Path, sweep: Sweep, scale: Scale) -> Path:
@@ -101,10 +135,40 @@ def publish(record: RunRecord, destination: Path) -> RunRecord:
     return replace(record, folder=destination)
 
 
+def selected_specs(sweep: Sweep, scale: Scale, selection: Selection) -> list[RunSpec]:
+    seeds = None if selection.seeds is None else list(selection.seeds)
+    return expand(sweep, scale, seeds=seeds, rows=selection.row_ids(sweep), sets=selection.sets)
+
+
 def collect(sweep: Sweep, scale: Scale, runs: str | Path, out: str | Path) -> list[RunRecord]:
-    """Every expected run of the sweep at the scale, read from `runs` or from what `out` has published."""
-    roots = (Path(runs) / sweep.name / scale.name, records_dir(out, sweep, scale))
-    return [read_record(spec, find_folder(spec.run_id, roots)) for spec in expand(sweep, scale)]
+    """Every selected run of the sweep at the scale (`SELECTION`), read from `runs` or, when the selection allows
+    it, from what `out` has published."""
+    selection = SELECTION.get()
+    own, published = Path(runs) / sweep.name / scale.name, records_dir(out, sweep, scale)
+    records = []
+    for spec in selected_specs(sweep, scale, selection):
+        folder = find_folder(spec.run_id, [own])
+        if folder is None and selection.published and (folder := find_folder(spec.run_id, [published])) is not None:
+            records.append(replace(read_record(spec, folder), from_published=True))
+        else:
+            records.append(read_record(spec, folder))
+    return records
+
+
+def unfinished(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """The runs a table lacks: missing, pending or still running."""
+    return [record for record in records if record.status not in PUBLISHED]
+
+
+def published_for(records: Sequence[RunRecord], sweep: Sweep, scale: Scale, out: str | Path) -> list[RunRecord]:
+    """Those of `records` that `<out>/records/` has a finished record of."""
+    root = records_dir(out, sweep, scale)
+    found = [(record, find_folder(record.spec.run_id, [root])) for record in records]
+    return [
+        record
+        for record, folder in found
+        if folder is not None and read_record(record.spec, folder).status in PUBLISHED
+    ]
 
 
 def publish_finished(records: Sequence[RunRecord], sweep: Sweep, scale: Scale, out: str | Path) -> list[RunRecord]:

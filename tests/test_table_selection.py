@@ -1,0 +1,73 @@
+"""`ablate table`'s selectors (those of `ablate sweep`), `--published` and `--partial`, from fake run records."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import pytest
+from test_tables import BAD, GOOD, SWEEP, done, write_project, write_run
+
+from ablations.report import add_table_parser
+from ablations.sweep import expand, load_sweep, scales_for
+
+SETS = {"train.max_steps": 50}
+
+
+def table(project: Path, *extra: str) -> int:
+    parser = argparse.ArgumentParser()
+    add_table_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["table", str(project / "sweeps" / "mini.yaml"), "--scale", "tiny", "--runs", str(project / "runs")]
+        + ["--out", str(project / "out"), *extra]
+    )
+    return args.handler(args)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """Every run of the mini sweep done, trained with `--set train.max_steps=50`."""
+    write_project(tmp_path, "mini", SWEEP)
+    sweep = load_sweep(tmp_path / "sweeps" / "mini.yaml")
+    for spec in expand(sweep, scales_for(sweep.path)["tiny"], sets=SETS):
+        write_run(tmp_path / "runs", spec, "done", GOOD if spec.row == "A1" else BAD, **done(20.0 + spec.seed, 5.0))
+    return tmp_path
+
+
+def test_the_sweeps_set_finds_its_runs(project, capsys):
+    assert table(project) == 1  # without the --set, the runs of the sweep's own steps are missing
+    err = capsys.readouterr().err
+    assert "10 of 10 selected runs have no finished record" in err and "--partial" in err
+    assert not (project / "out").exists()  # nothing written
+    assert table(project, "--set", "train.max_steps=50") == 0
+    markdown = (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    assert "- **Runs**: 10 done\n" in markdown and "- **Selection**: --set train.max_steps=50" in markdown
+
+
+def test_rows_and_seeds_select_as_sweep_does_base_always_in(project):
+    assert table(project, "--set", "train.max_steps=50", "--rows", "A1,D1", "--seeds", "1") == 0
+    markdown = (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    rows = [line.split(" | ")[1] for line in markdown.splitlines() if line.startswith("| ") and " | " in line]
+    assert [row for row in rows if row in ("base", "A1", "A2", "C_1", "D1")] == ["base", "A1", "D1"]
+    assert "- **Runs**: 3 done\n" in markdown
+
+
+def test_partial_writes_the_table_with_the_gaps(project, capsys):
+    shutil.rmtree(next((project / "runs" / "mini" / "tiny").glob("D1-s1-*")))
+    assert table(project, "--set", "train.max_steps=50") == 1
+    assert table(project, "--set", "train.max_steps=50", "--partial") == 0
+    assert "1 missing" in (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    assert "--partial: 1 of 10 selected runs have no finished record" in capsys.readouterr().err
+
+
+def test_published_records_only_with_published_and_counted(project, capsys):
+    assert table(project, "--set", "train.max_steps=50") == 0  # publishes every record under out/records/
+    shutil.rmtree(project / "runs")
+    capsys.readouterr()
+    assert table(project, "--set", "train.max_steps=50") == 1
+    err = capsys.readouterr().err
+    assert "10 of them are published records" in err and "add --published" in err
+    assert table(project, "--set", "train.max_steps=50", "--published") == 0
+    markdown = (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    assert "- **Runs**: 10 done (10 from published records)\n" in markdown
