@@ -14,31 +14,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import csv
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
-
-from lightning_modules.config import DataConfig
 
 from ..records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic
 from ..sweep import RunSpec, Scale, Sweep, expand, read_yaml
 
 PUBLISHED = ("done", "diverged", "failed")  # statuses that no longer change; only `done` runs enter the means
 RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp")
-REFERENCES_FILE = "dev.ref"
-BOOTSTRAP_SAMPLES = 1000
-BOOTSTRAP_SEED = 12345  # sacreBLEU's default; it treats 0 as "unseeded"
-CORPUS_FIELDS = (
-    "dataset",
-    "path",
-    "src_lang",
-    "tgt_lang",
-    "dev_split",
-    "generated_pairs",
-    "generated_seed",
-    "cache_dir",
-)
 CURVE_KEYS = ("dev/ppl", "dev/bleu", "train/loss")
 
 
@@ -182,102 +166,6 @@ def publish_finished(records: Sequence[RunRecord], sweep: Sweep, scale: Scale, o
 # --------------------------------------------------------------------------------------------------------------
 # Dev references and the paired bootstrap
 # --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class References:
-    lines: Optional[list[str]]
-    problem: str = ""  # why `lines` is None
-
-
-def load_references(data: DataConfig, copy: Path) -> References:
-    """The dev references of the run's corpus (copied to `copy`), else the copy made earlier."""
-    from lightning_modules.data import CorpusError, dataset_directory, default_split_names, read_lines, resolve_splits
-
-    try:
-        train, dev, test = default_split_names(data)
-        directory = dataset_directory(data, download=False)
-        path = resolve_splits(directory, data.src_lang, data.tgt_lang, train=train, dev=dev, test=test).dev.tgt
-    except CorpusError as error:
-        if copy.is_file():
-            return References(read_lines(copy))
-        return References(None, f"the dev references are not available ({error})")
-    copy_if_changed(path, copy)
-    return References(read_lines(path))
-
-
-def read_hypotheses(folder: Path) -> Optional[list[str]]:
-    path = folder / "dev.hyp"
-    if not path.is_file():
-        return None
-    return path.read_bytes().decode("utf-8").removesuffix("\n").split("\n")
-
-
-def paired_bootstrap_p(
-    baseline: Sequence[str],
-    system: Sequence[str],
-    references: Sequence[str],
-    samples: int = BOOTSTRAP_SAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> float:
-    """p-value of sacreBLEU's paired bootstrap test of `system` against `baseline` (BLEU, 13a, one reference).
-
-    sacreBLEU counts only resampled differences strictly above the observed one, so an observed difference of
-    zero would come out as p = 1/(samples + 1); no difference is reported as p = 1.
-    """
-    from unittest import mock  # with asyncio behind it: not at module level, `ablate --help` stays fast
-
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    with mock.patch.dict(os.environ, {"SACREBLEU_SEED": str(seed)}):  # PairedTest takes its seed from here when built
-        test = PairedTest(
-            [("baseline", list(baseline)), ("system", list(system))],
-            {"BLEU": BLEU()},
-            [list(references)],
-            test_type="bs",
-            n_samples=samples,
-        )
-    _, scores = test()
-    base_result, system_result = scores["BLEU"]
-    return 1.0 if system_result.score == base_result.score else float(system_result.p_value)
-
-
-@dataclass(frozen=True)
-class Significance:
-    p_value: Optional[float] = None
-    seed: Optional[int] = None
-    problem: str = ""  # why p_value is None
-
-
-def corpus_key(data: DataConfig) -> tuple:
-    return tuple(getattr(data, name) for name in CORPUS_FIELDS)
-
-
-def first_common_seed(base: Sequence[RunRecord], row: Sequence[RunRecord]) -> Optional[tuple[RunRecord, RunRecord]]:
-    done = {run.spec.seed: run for run in base if run.done}
-    return next(((done[run.spec.seed], run) for run in row if run.done and run.spec.seed in done), None)
-
-
-def compare_to_base(base: Sequence[RunRecord], row: Sequence[RunRecord], references: References) -> Significance:
-    """The row's dev BLEU against base's, on the hypotheses of the first seed both finished."""
-    pair = first_common_seed(base, row)
-    if pair is None:
-        return Significance(problem="no seed finished for both the row and base")
-    if references.lines is None:
-        return Significance(problem=references.problem)
-    base_run, row_run = pair
-    if corpus_key(row_run.spec.config.data) != corpus_key(base_run.spec.config.data):
-        return Significance(problem="the row's dev set is not base's")
-    base_hyps, row_hyps = read_hypotheses(base_run.folder), read_hypotheses(row_run.folder)
-    if base_hyps is None or row_hyps is None:
-        return Significance(problem="a run has no dev.hyp")
-    if not len(base_hyps) == len(row_hyps) == len(references.lines):
-        return Significance(
-            problem=f"dev.hyp has {len(row_hyps)} lines, base's {len(base_hyps)}, "
-            f"the references {len(references.lines)}"
-        )
-    return Significance(paired_bootstrap_p(base_hyps, row_hyps, references.lines), row_run.spec.seed)
 
 
 # --------------------------------------------------------------------------------------------------------------

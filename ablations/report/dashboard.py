@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 from ..records import write_atomic
 from .collect import RunRecord
 from .plots import PLOT_KINDS, plot_stem
-from .table3 import Table, columns, display_rows, flat, plain, title
+from .table3 import Table, columns, display_rows, flat, plain, row_statistics, title
 
 DATA_KIND = "ablate-sweep-table"  # marks a `<sweep>_<scale>.json` as a table's data, not some other JSON
 INDEX_FILE = "index.html"
@@ -98,6 +98,7 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
         "notes": list(table.notes),
         "columns": [{"key": c.key, "label": c.label, "align": c.align} for c in cols],
         "rows": [[cells[c.key] for c in cols] for cells in display_rows(table)],
+        "statistics": row_statistics(table),
         "files": [f"{table.sweep.name}_{table.scale.name}{suffix}" for suffix in (".md", ".csv", ".tex")],
         "plots": [
             {"kind": kind, "svg": f"plots/{plot_stem(table, kind)}.svg", "png": f"plots/{plot_stem(table, kind)}.png"}

@@ -23,19 +23,25 @@ from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 from ..records import write_renderings
 from ..sweep import Row, Scale, Sweep, load_sweep, paper_units, scales_for
 from .collect import (
-    BOOTSTRAP_SAMPLES,
-    BOOTSTRAP_SEED,
-    REFERENCES_FILE,
-    References,
     RunRecord,
-    Significance,
     collect,
-    compare_to_base,
-    load_references,
     publish_finished,
-    records_dir,
 )
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, signed, tex_row, tex_table
+from .stats import (
+    LARGE_BLEU,
+    LARGE_PPL,
+    MARGIN_BLEU,
+    MARGIN_PPL_RELATIVE,
+    VERDICTS,
+    Judgement,
+    PairedDelta,
+    RowEvidence,
+    judge,
+    paired_delta,
+    paper_effect,
+    rank_correlation,
+)
 
 # --------------------------------------------------------------------------------------------------------------
 # The table as data
@@ -82,7 +88,8 @@ class RowResult:
     paper_units: Mapping[str, str]  # column key -> the row's value, formatted
     runs: tuple[RunRecord, ...]
     stats: Mapping[str, Optional[Stat]]
-    significance: Significance = Significance()
+    evidence: Optional[RowEvidence] = None  # seed-paired differences from base (None for base itself)
+    judgement: Optional[Judgement] = None  # the verdict against the paper (None where the paper prints nothing)
 
     @property
     def done(self) -> list[RunRecord]:
@@ -200,6 +207,34 @@ def summarize(row: Row, runs: Sequence[RunRecord], cells: Mapping[str, str]) -> 
     return RowResult(row, dict(cells), tuple(runs), stats)
 
 
+def per_seed(result: RowResult, key: str) -> dict[int, float]:
+    """{seed: value} over the row's done runs (a metric of seed i is paired with base's of seed i)."""
+    values = {run.spec.seed: measures(run.metrics)[key] for run in result.done}
+    return {seed: float(v) for seed, v in values.items() if v is not None and math.isfinite(v)}
+
+
+def with_verdicts(results: tuple[RowResult, ...], base: RowResult) -> tuple[RowResult, ...]:
+    """Each row's seed-paired evidence against base and its verdict against the paper (stats.judge)."""
+    base_paper = {"bleu": base.row.paper.bleu, "ppl": base.row.paper.ppl}
+    evidence = {
+        result.row.id: RowEvidence(
+            result.row.id,
+            paper_effect({"bleu": result.row.paper.bleu, "ppl": result.row.paper.ppl}, base_paper),
+            paired_delta(per_seed(result, "dev_bleu"), per_seed(base, "dev_bleu")),
+            paired_delta(per_seed(result, "dev_ppl"), per_seed(base, "dev_ppl")),
+        )
+        for result in results
+        if result is not base
+    }
+    judgements = judge(list(evidence.values()), base.mean("dev_ppl"))
+    return tuple(
+        result
+        if result is base
+        else replace(result, evidence=evidence[result.row.id], judgement=judgements.get(result.row.id))
+        for result in results
+    )
+
+
 def build_table(
     sweep_path: str | Path, scale_name: str, runs: str | Path = "runs", out: str | Path = "results"
 ) -> Table:
@@ -216,13 +251,8 @@ def build_table(
         runs_of_row = [run for run in records if run.spec.row == row.id]
         summaries[row.id] = summarize(row, runs_of_row, paper_unit_cells(paper_units(sweep, row), extra))
     base = summaries[base_row(sweep).id]
-    references = References(None)
-    if base.done:
-        references = load_references(base.done[0].spec.config.data, records_dir(out, sweep, scale) / REFERENCES_FILE)
-    results = tuple(
-        result if result is base else replace(result, significance=compare_to_base(base.runs, result.runs, references))
-        for result in summaries.values()
-    )
+    results = with_verdicts(tuple(summaries.values()), base)
+    base = next(result for result in results if result.row.id == base.row.id)
     return Table(
         sweep, scale, extra, base, results, header_lines(sweep, scale, records), notes(sweep, scale, base, results)
     )
@@ -288,29 +318,41 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
     )
 
 
-def sign_agreement(base: RowResult, results: Sequence[RowResult]) -> Optional[str]:
-    """Which rows move dev BLEU the way the paper's did: the question a small scale can answer."""
-    verdicts: dict[str, list[str]] = {"agrees": [], "disagrees": []}
-    for result in results:
-        delta = deltas(result, base)
-        measured, paper = delta["delta_bleu"], delta["paper_delta_bleu"]
-        if result is base or measured is None or not paper:
-            continue
-        p_value = result.significance.p_value
-        label = result.row.id + (" (p ≥ 0.05)" if p_value is not None and p_value >= 0.05 else "")
-        verdicts["agrees" if measured * paper > 0 else "disagrees"].append(label)
-    judged = sum(map(len, verdicts.values()))
+def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
+    """The verdicts counted, how many of the paper's large effects agree, and the rank correlation of Δ PPL."""
+    judged = [r for r in results if r.judgement is not None]
     if not judged:
+        return []
+    counts = {v: [r.row.id for r in judged if r.judgement.verdict == v] for v in VERDICTS}
+    large = [r for r in judged if r.judgement.judged_on is not None]
+    agree = [r.row.id for r in large if r.judgement.verdict == "agrees"]
+    lines = [
+        "Verdicts: " + "; ".join(f"{v} {len(rows)} ({', '.join(rows)})" for v, rows in counts.items() if rows) + ".",
+        f"Of the paper's {len(large)} large effects here, {len(agree)} agree ({', '.join(agree) or 'none'}).",
+    ]
+    ours = {r.row.id: r.evidence.ppl.mean for r in results if r.evidence is not None}
+    paper = {r.row.id: deltas(r, base)["paper_delta_ppl"] for r in results if r is not base}
+    rho = rank_correlation(ours, paper)
+    if rho is not None:
+        shared = sum(1 for k in ours if ours[k] is not None and paper.get(k) is not None)
+        lines.append(f"Spearman rank correlation of our mean Δ PPL with the paper's over {shared} rows: {rho:+.2f}.")
+    return lines
+
+
+def narrow_heads(results: Sequence[RowResult]) -> Optional[str]:
+    """Rows whose heads this scale makes narrower than 4 dimensions: they test tiny heads, not the paper's knob."""
+    narrow = [
+        f"{r.row.id} (d_k {r.paper_units['d_k']}, d_v {r.paper_units['d_v']})"
+        for r in results
+        if r.runs and min(r.runs[0].spec.config.model.head_dim_k, r.runs[0].spec.config.model.head_dim_v) < 4
+    ]
+    if not narrow:
         return None
-    return (
-        f"Sign of Δ BLEU against the paper's Δ (rows where both exist and the paper's is not 0): agrees for "
-        f"{len(verdicts['agrees'])} of {judged} ({', '.join(verdicts['agrees']) or 'none'}); disagrees for "
-        f"{', '.join(verdicts['disagrees']) or 'none'}."
-    )
+    return f"Degenerate at this scale, heads narrower than 4 dimensions: {', '.join(narrow)} (in the paper's units)."
 
 
 def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResult]) -> tuple[str, ...]:
-    agreement = sign_agreement(base, results)
+    verdict_lines = verdict_summary(base, results)
     base = base.row
     lines = [
         f"Hyperparameters are in the paper's units; a blank cell is {base.id}'s value. At scale {scale.name}, "
@@ -320,15 +362,17 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         "Cells are mean ± sample std over the done seeds (std from two seeds on); seeds = done/expected, and "
         "runs not done are named and left out of the means.",
         f"Δ = row − {base.id}: measured means, and the paper's figures from {sweep.path.name} (blank where it prints none).",
-        f"p: sacreBLEU paired bootstrap ({BOOTSTRAP_SAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the row's dev BLEU "
-        f"against {base.id}'s, on the dev hypotheses of the seed in brackets; equal BLEU gives p = 1.",
+        f"Δ BLEU / Δ PPL 95 % CI: a t-interval over the seed-paired differences row − {base.id} (seeds are common "
+        "random numbers: the same data order and draws in every row); one seed gives no interval.",
+        f"Verdict against the paper: its large effects (|Δ BLEU| ≥ {LARGE_BLEU:g} or |Δ PPL| ≥ {LARGE_PPL:g}) are judged "
+        "on PPL where its PPL effect is large, else on BLEU: agrees / disagrees when the paired t-test, Holm-corrected "
+        "over those rows (familywise 5 %), rejects no difference with the mean on the paper's side / the other side; "
+        f"its small effects are equivalent when TOST at 5 % passes for BLEU (±{MARGIN_BLEU:g}) and PPL "
+        f"(±{100 * MARGIN_PPL_RELATIVE:g} % of {base.id}'s), differs when either interval excludes 0; else unresolved.",
     ]
-    problems: dict[str, list[str]] = {}
-    for result in results:
-        if result.significance.problem:
-            problems.setdefault(result.significance.problem, []).append(result.row.id)
-    lines += [f"p is blank for {', '.join(rows)}: {problem}." for problem, rows in problems.items()]
-    return tuple(lines + ([agreement] if agreement else []))
+    lines += verdict_lines
+    heads = narrow_heads(results)
+    return tuple(lines + ([heads] if heads else []))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -356,7 +400,9 @@ MEASURED_COLUMNS = (
     Column("paper_delta_ppl", "paper Δ PPL", r"paper $\Delta$ PPL"),
     Column("delta_bleu", "Δ BLEU", r"$\Delta$ BLEU"),
     Column("paper_delta_bleu", "paper Δ BLEU", r"paper $\Delta$ BLEU"),
-    Column("p_value", "p vs base", r"$p$ vs base"),
+    Column("delta_bleu_ci", "Δ BLEU 95 % CI", r"$\Delta$ BLEU 95\,\% CI"),
+    Column("delta_ppl_ci", "Δ PPL 95 % CI", r"$\Delta$ PPL 95\,\% CI"),
+    Column("verdict", "verdict", "verdict", "l"),
     Column("seeds", "seeds", "seeds", "l"),
     Column("steps", "steps", "steps"),
     Column("tokens_per_s", "tokens/s", "tokens/s"),
@@ -387,10 +433,17 @@ def seeds_cell(result: RowResult) -> str:
     return f"{text} ({', '.join(others)})" if others else text
 
 
-def p_cell(significance: Significance) -> str:
-    if significance.p_value is None:
+def interval_cell(delta: Optional[PairedDelta], digits: int) -> str:
+    if delta is None or delta.ci is None:
         return ""
-    return f"{significance.p_value:.3f} (s{significance.seed})"
+    return f"[{delta.ci[0]:+.{digits}f}, {delta.ci[1]:+.{digits}f}]"
+
+
+def verdict_cell(result: RowResult) -> str:
+    if result.judgement is None:
+        return ""
+    on = result.judgement.judged_on
+    return result.judgement.verdict + (f" ({'PPL' if on == 'ppl' else 'BLEU'})" if on else "")
 
 
 def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[str, str]:
@@ -413,7 +466,9 @@ def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[
             "paper_delta_ppl": signed(delta["paper_delta_ppl"], 2),
             "delta_bleu": signed(delta["delta_bleu"], 1),
             "paper_delta_bleu": signed(delta["paper_delta_bleu"], 1),
-            "p_value": p_cell(result.significance),
+            "delta_bleu_ci": interval_cell(result.evidence and result.evidence.bleu, 1),
+            "delta_ppl_ci": interval_cell(result.evidence and result.evidence.ppl, 2),
+            "verdict": verdict_cell(result),
             "seeds": seeds_cell(result),
         }
     )
@@ -463,8 +518,13 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
     header += [
         "delta_ppl",
         "delta_bleu",
-        "p_value",
-        "p_seed",
+        "delta_bleu_ci_lo",
+        "delta_bleu_ci_hi",
+        "delta_ppl_ci_lo",
+        "delta_ppl_ci_hi",
+        "paired_seeds",
+        "verdict",
+        "judged_on",
         "paper_ppl",
         "paper_bleu",
         "paper_params_m",
@@ -484,12 +544,15 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
         for key in MEASURES:
             value = result.stats[key]
             line += ["", ""] if value is None else [csv_number(value.mean), csv_number(value.std)]
-        significance, figures, delta = result.significance, result.row.paper, deltas(result, table.base)
+        figures, delta, evidence = result.row.paper, deltas(result, table.base), result.evidence
         line += [
             csv_number(delta["delta_ppl"]),
             csv_number(delta["delta_bleu"]),
-            csv_number(significance.p_value),
-            "" if significance.seed is None else str(significance.seed),
+            *interval_numbers(evidence and evidence.bleu),
+            *interval_numbers(evidence and evidence.ppl),
+            "" if evidence is None else " ".join(map(str, evidence.bleu.seeds)),
+            "" if result.judgement is None else result.judgement.verdict,
+            "" if result.judgement is None or result.judgement.judged_on is None else result.judgement.judged_on,
             csv_number(figures.ppl),
             csv_number(figures.bleu),
             csv_number(figures.params_m),
@@ -498,6 +561,36 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
         ]
         rows.append(line)
     return header, rows
+
+
+def interval_numbers(delta: Optional[PairedDelta]) -> list[str]:
+    if delta is None or delta.ci is None:
+        return ["", ""]
+    return [csv_number(delta.ci[0]), csv_number(delta.ci[1])]
+
+
+def row_statistics(table: Table) -> list[dict[str, Any]]:
+    """Per row, the evidence behind its verdict: what results/<sweep>_<scale>.json carries as `statistics`."""
+    out = []
+    for result in table.rows:
+        if result.evidence is None:
+            continue
+        judgement = result.judgement
+        out.append(
+            {
+                "row": result.row.id,
+                "verdict": None if judgement is None else judgement.verdict,
+                "judged_on": None if judgement is None else judgement.judged_on,
+                "p_holm": None if judgement is None else judgement.p_holm,
+                "p_equivalence": None if judgement is None else judgement.p_equivalence,
+                "delta_bleu": result.evidence.bleu.mean,
+                "delta_ppl": result.evidence.ppl.mean,
+                "delta_bleu_ci": None if result.evidence.bleu.ci is None else list(result.evidence.bleu.ci),
+                "delta_ppl_ci": None if result.evidence.ppl.ci is None else list(result.evidence.ppl.ci),
+                "seeds": list(result.evidence.bleu.seeds),
+            }
+        )
+    return out
 
 
 def render_csv(table: Table) -> str:
