@@ -305,8 +305,12 @@ def final_evaluation(
     loggers: list,
     attempt: int,
     accelerator: str,
+    steps: int = 0,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Dev and test results of the trained (or averaged) model, its hypotheses written beside the record."""
+    """Dev and test results of the trained (or averaged) model, its hypotheses written beside the record.
+
+    Logged at `steps` (the run's trained steps: the CSV `-final` log's `step` and wandb's `trainer/global_step`),
+    so the final scores sit at the end of the run's step axis, not at 0."""
     module.bleu_limit = None
     # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
     evaluator = pl.Trainer(
@@ -321,6 +325,9 @@ def final_evaluation(
         enable_model_summary=False,
         enable_checkpointing=False,
     )
+    # Lightning logs an evaluation's epoch-end metrics at the fit loop's count of optimiser steps: a fresh trainer's
+    # is 0. Set it to the steps trained (a counter of the loop, read only for logging here).
+    evaluator.fit_loop.epoch_loop._batches_that_stepped = steps
     evaluator.validate(module, datamodule=data, verbose=False)
     evaluator.test(module, datamodule=data, verbose=False)
     dev, test = module.results["dev"], module.results["test"]
@@ -424,7 +431,7 @@ def train_run(
             # Rank 0 evaluates alone: with the group still up, the evaluation waited on the departed ranks (a hang).
             torch.distributed.destroy_process_group()
         averaged = average_last(module, config, checkpoints)
-        dev, test = final_evaluation(module, data, config, run_dir, loggers, attempt, accelerator)
+        dev, test = final_evaluation(module, data, config, run_dir, loggers, attempt, accelerator, trainer.global_step)
         return update_metrics(run_dir, **result_metrics(config, module, trainer, dev, test, averaged, started))
     except Exception as error:
         if lead:

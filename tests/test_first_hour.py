@@ -62,3 +62,32 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     )
     text = " ".join(capsys.readouterr().out.split())
     assert "expected wall time ≈ 3m20s on 2 worker(s)" in text and "no measured cost for 1 more run(s)" in text
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One test-sized run (5 steps), trained in this process: its folder, config, meta and record."""
+    from ablations.train import train_run
+    from lightning_modules.data.generated import write_corpus
+
+    root = tmp_path_factory.mktemp("trained")
+    corpus = write_corpus(root / "corpus", train_pairs=300, dev_pairs=12, test_pairs=12)
+    path = write_sweep(root / "sweep", corpus, {"base": {}})
+    (run,) = plan(path, "test", out=root / "runs")
+    old = os.umask(0o022)
+    try:
+        metrics = train_run(run.spec.config, run.dir, run.meta, progress=False)
+    finally:
+        os.umask(old)
+    return path, run, metrics
+
+
+def test_final_metrics_are_logged_at_the_trained_step(trained):
+    import csv
+
+    _, run, metrics = trained
+    assert metrics["status"] == "done" and metrics["steps"] == run.spec.config.train.max_steps
+    (final,) = (run.dir / "logs").glob("attempt-*-final/metrics.csv")
+    rows = list(csv.DictReader(final.open()))
+    assert rows and {int(row["step"]) for row in rows} == {metrics["steps"]}
+    assert any(row.get("test/loss") for row in rows) and any(row.get("dev/loss") for row in rows)
