@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 WORKERS ?= auto
 table3: $(STAMP)
 	$(BIN)/ablate sweep sweeps/table3.yaml --scale tiny --workers $(WORKERS)
-	$(BIN)/ablate table sweeps/table3.yaml --scale tiny
+	$(BIN)/ablate table sweeps/table3.yaml --scale tiny --published
 
 params: $(STAMP)
 	$(BIN)/ablate params sweeps/table3.yaml --vocab 37000
