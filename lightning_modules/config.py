@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 # Every choice is a Literal; the tuples of its values (for checks and messages) are derived from it.
 Positional = Literal["sinusoidal", "learned", "rope", "none"]
-NormPlacement = Literal["post", "pre"]
+NormPlacement = Literal["post", "pre", "deepnorm"]
 Norm = Literal["layernorm", "rmsnorm"]
 Ffn = Literal["relu", "gelu", "swiglu"]
 Dataset = Literal["generated", "multi30k", "wmt14-en-de", "dir"]

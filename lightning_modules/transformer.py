@@ -111,19 +111,28 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.RMSNorm(cfg.d_model) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
 
 
-class Residual(nn.Module):
-    """post: LayerNorm(x + Dropout(f(x))), the paper's; pre: x + Dropout(f(LayerNorm(x)))."""
+def deepnorm_constants(cfg: ModelConfig) -> tuple[float, float, float, float]:
+    """DeepNet's (Wang et al., 2022) encoder-decoder constants for N encoder and M = N decoder layers:
+    (alpha_encoder, beta_encoder, alpha_decoder, beta_decoder)."""
+    n = m = cfg.N
+    return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16), (3 * m) ** 0.25, (12 * m) ** -0.25
 
-    def __init__(self, cfg: ModelConfig):
+
+class Residual(nn.Module):
+    """post: LayerNorm(x + Dropout(f(x))), the paper's; pre: x + Dropout(f(LayerNorm(x))); deepnorm: post-norm
+    over alpha * x + Dropout(f(x)), with DeepNet's alpha (and its beta-scaled initialisation, see Transformer)."""
+
+    def __init__(self, cfg: ModelConfig, alpha: float = 1.0):
         super().__init__()
         self.pre = cfg.norm_placement == "pre"
+        self.alpha = alpha
         self.norm = make_norm(cfg)
         self.dropout = cfg.P_drop
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.pre:
             return x + dropout(sublayer(self.norm(x)), self.dropout, self.training)
-        return self.norm(x + dropout(sublayer(x), self.dropout, self.training))
+        return self.norm(self.alpha * x + dropout(sublayer(x), self.dropout, self.training))
 
 
 class EncoderLayer(nn.Module):
@@ -133,7 +142,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn, self.ffn = MultiHeadAttention(cfg), FeedForward(cfg)
-        self.attn_res, self.ffn_res = Residual(cfg), Residual(cfg)
+        alpha = deepnorm_constants(cfg)[0] if cfg.norm_placement == "deepnorm" else 1.0
+        self.attn_res, self.ffn_res = Residual(cfg, alpha), Residual(cfg, alpha)
 
     def forward(self, x: Tensor, pad_mask: Tensor, rope: Optional[tuple[Tensor, Tensor]]) -> Tensor:
         def self_attention(y: Tensor) -> Tensor:
@@ -151,7 +161,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn, self.cross_attn, self.ffn = MultiHeadAttention(cfg), MultiHeadAttention(cfg), FeedForward(cfg)
-        self.self_res, self.cross_res, self.ffn_res = Residual(cfg), Residual(cfg), Residual(cfg)
+        alpha = deepnorm_constants(cfg)[2] if cfg.norm_placement == "deepnorm" else 1.0
+        self.self_res, self.cross_res, self.ffn_res = Residual(cfg, alpha), Residual(cfg, alpha), Residual(cfg, alpha)
 
     def forward(
         self,
@@ -238,6 +249,14 @@ class Transformer(nn.Module):
             nn.init.zeros_(embedding.weight[self.pad_id])
         if not self.cfg.tie_embeddings:
             nn.init.normal_(self.out_proj.weight, std=self.cfg.d_model**-0.5)
+        if self.cfg.norm_placement == "deepnorm":
+            # DeepNet: Xavier-normal weights, scaled by beta for the feed-forward, value and output projections.
+            _, beta_encoder, _, beta_decoder = deepnorm_constants(self.cfg)
+            for layers, beta in ((self.encoder, beta_encoder), (self.decoder, beta_decoder)):
+                for name, module in layers.named_modules():
+                    if isinstance(module, nn.Linear):
+                        gain = 1.0 if name.endswith(("q_proj", "k_proj")) else beta
+                        nn.init.xavier_normal_(module.weight, gain=gain)
 
     def _embed(self, tokens: Tensor, table: nn.Embedding, positions: Optional[nn.Module], offset: int) -> Tensor:
         T = tokens.shape[1]

@@ -878,3 +878,24 @@ def test_dropout_scales_what_it_keeps_and_passes_gradients_through_the_same_mask
     assert set(x.grad.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
     assert torch.equal(y, x * x.grad)  # dropped where the gradient is 0; kept ones scaled by 1 / (1 - p)
     assert abs((x.grad == 0).double().mean().item() - 0.25) < bound(0.25, x.numel())
+
+
+def test_deepnorm_is_post_norm_over_alpha_x_with_deepnets_constants_and_init():
+    from lightning_modules.transformer import Residual, deepnorm_constants
+
+    cfg = ModelConfig(N=6, d_model=64, d_ff=256, h=8, norm_placement="deepnorm", P_drop=0.0)
+    alpha_e, beta_e, alpha_d, beta_d = deepnorm_constants(cfg)
+    # DeepNet (Wang et al. 2022), encoder-decoder with N = M = 6
+    assert alpha_e == pytest.approx(0.81 * 7776 ** (1 / 16)) and beta_e == pytest.approx(0.87 * 7776 ** (-1 / 16))
+    assert alpha_d == pytest.approx(18**0.25) and beta_d == pytest.approx(72**-0.25)
+    torch.manual_seed(0)
+    model = Transformer(cfg, 100, 0)
+    assert model.encoder[0].attn_res.alpha == alpha_e and model.decoder[0].ffn_res.alpha == alpha_d
+    w1 = model.encoder[0].ffn.w1.weight  # Xavier normal, std sqrt(2 / (fan_in + fan_out)), times beta
+    assert w1.std().item() == pytest.approx(beta_e * math.sqrt(2 / (64 + 256)), rel=0.05)
+    q = model.decoder[0].self_attn.q_proj.weight  # queries and keys keep gain 1
+    assert q.std().item() == pytest.approx(math.sqrt(2 / 128), rel=0.05)
+    residual = Residual(cfg, alpha=2.0).eval()
+    x = torch.randn(2, 3, 64)
+    assert torch.allclose(residual(x, lambda y: y * 0.5), residual.norm(2.0 * x + 0.5 * x))
+    assert model(torch.randint(4, 100, (2, 5)), torch.randint(4, 100, (2, 4))).shape == (2, 4, 100)
