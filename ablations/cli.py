@@ -99,7 +99,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     if args.devices < 1:
         raise ValueError(f"--devices {args.devices}: expected a positive integer")
-    from .records import run_folder
+    from .records import read_metrics, run_folder
     from .train import is_rank_zero, train_run
 
     run_dir = Path(args.run_dir) if args.run_dir else run_folder(args.out, meta, config)
@@ -115,8 +115,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             callbacks=callbacks,
         )
         return 0
-    print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
+    keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     with train_lock(run_dir):  # one trainer per run folder, whoever started it
+        record = read_metrics(run_dir) or {}
+        if record.get("status") == "done" and not getattr(args, "force", False):
+            # Done: nothing to train or evaluate; re-evaluating would rewrite its scores and wall_seconds.
+            print(f"run {meta['run_id']} is done ({run_dir}); nothing changed (--force re-evaluates)", file=sys.stderr)
+            print(json.dumps({k: record.get(k) for k in keys}, indent=2))
+            return 0
+        print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
         metrics = train_run(
             config,
             run_dir,
@@ -126,7 +133,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             accelerator=args.accelerator,
             callbacks=callbacks,
         )
-    keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
 
@@ -395,6 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", help="train into exactly this folder instead of one under --out (used by `ablate sweep`)"
     )
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument(
+        "--force",
+        action="store_true",
+        help="re-evaluate a run that is already done (default: say it is done and change nothing)",
+    )
     train.add_argument(
         "--devices",
         type=int,

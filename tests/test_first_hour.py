@@ -91,3 +91,22 @@ def test_final_metrics_are_logged_at_the_trained_step(trained):
     rows = list(csv.DictReader(final.open()))
     assert rows and {int(row["step"]) for row in rows} == {metrics["steps"]}
     assert any(row.get("test/loss") for row in rows) and any(row.get("dev/loss") for row in rows)
+
+
+def test_rerunning_a_done_run_changes_nothing_unless_forced(trained, capsys):
+    from ablations import cli
+
+    _, run, metrics = trained
+    before = (run.dir / "metrics.json").read_bytes()
+    mtime = (run.dir / "metrics.json").stat().st_mtime_ns
+    argv = ["train", "--config", str(run.dir / "config.yaml"), "--run-dir", str(run.dir)]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"run {run.spec.run_id} is done" in captured.err and "--force re-evaluates" in captured.err
+    assert json.loads(captured.out)["wall_seconds"] == metrics["wall_seconds"]
+    assert (run.dir / "metrics.json").read_bytes() == before
+    assert (run.dir / "metrics.json").stat().st_mtime_ns == mtime
+    assert not list((run.dir / "logs").glob("attempt-2*"))  # no second evaluation
+    assert cli.main(argv + ["--force"]) == 0
+    assert "is done" not in capsys.readouterr().err
+    assert list((run.dir / "logs").glob("attempt-2-final"))  # evaluated again
