@@ -110,3 +110,18 @@ def test_rerunning_a_done_run_changes_nothing_unless_forced(trained, capsys):
     assert cli.main(argv + ["--force"]) == 0
     assert "is done" not in capsys.readouterr().err
     assert list((run.dir / "logs").glob("attempt-2-final"))  # evaluated again
+
+
+def test_files_are_written_with_the_users_umask(trained, tmp_path, monkeypatch):
+    import stat
+
+    from lightning_modules import atomic
+    from lightning_modules.atomic import write_atomic
+
+    _, run, _ = trained  # trained under umask 022
+    for path in [run.dir / "metrics.json", run.dir / "config.yaml", *(run.dir / "checkpoints").glob("*.ckpt")]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    assert list((run.dir / "checkpoints").glob("*.ckpt"))
+    monkeypatch.setattr(atomic, "process_umask", lambda: 0o077)
+    write_atomic(tmp_path / "private.txt", "x")
+    assert stat.S_IMODE((tmp_path / "private.txt").stat().st_mode) == 0o600
