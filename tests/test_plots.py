@@ -11,7 +11,7 @@ from test_tables import BAD, GOOD, done, write_project, write_run
 from ablations.records import write_atomic
 from ablations.report import write_outputs
 from ablations.report.collect import read_curves
-from ablations.report.plots import draw_delta_bleu, pyplot
+from ablations.report.plots import draw_delta_bleu, draw_dev_ppl, pyplot, table_curves
 from ablations.report.table2 import PAPER, SUSTAINED_FILE, paper_method_flops, papers_runs_counted
 from ablations.report.table3 import build_table
 from ablations.sweep import load_sweep
@@ -257,3 +257,20 @@ def test_dashboard_renders_in_a_headless_browser(project, tmp_path):
     assert 'class="wandb"' in dom and "polyline" in dom  # a wandb link and a drawn curve
     assert '<td class="l">D1</td>' in dom  # the sweep table as an HTML table
     assert 'id="table2-tiny"' in dom and '<td class="l">big</td>' in dom  # and Table 2
+
+
+def test_dev_ppl_draws_the_rows_of_bases_group_and_short_runs_final_point(tmp_path):
+    text = SWEEP.replace(
+        "  - {id: A1,", "  - {id: pre, group: base, overrides: {P_drop: 0.2}, paper: {bleu: 25.0}}\n  - {id: A1,"
+    )
+    specs = write_project(tmp_path, "two", text)
+    runs = tmp_path / "runs"
+    folder = write_run(runs, specs["base", 0], "done", BAD, **cost_metrics(20.0, 5.0))
+    write_atomic(folder / "logs" / "attempt-1" / "metrics.csv", CURVES)
+    write_run(runs, specs["pre", 0], "done", GOOD, **cost_metrics(21.0, 7.0))  # no dev point: shorter than val_every
+    table, _ = build(tmp_path)
+    figure = draw_dev_ppl(pyplot(), table, table_curves(table))
+    (axis,) = [axis for axis in figure.axes if axis.get_title() == "group base"]
+    lines = {line.get_label(): line for line in axis.get_lines()}
+    assert list(lines["pre"].get_xdata()) == [100] and list(lines["pre"].get_ydata()) == [7.0]
+    assert list(lines["base"].get_xdata()) == [49, 99]  # base dashed beside its group's other rows

@@ -4,7 +4,8 @@ Three figures per sweep and scale, each as PNG and SVG under `<out>/plots/`:
 
 * `<sweep>_<scale>_delta_bleu`: dev BLEU minus base's per row (mean over done seeds, each seed a dot), beside
   the paper's Δ in a panel of its own (the scales differ by an order of magnitude at small budgets);
-* `<sweep>_<scale>_dev_ppl`: dev perplexity against training steps, one panel per row group, base in grey;
+* `<sweep>_<scale>_dev_ppl`: dev perplexity against training steps, one panel per row group (base's own group
+  too, for its other rows), base in grey; a run shorter than one validation is its final dev PPL at its steps;
 * `<sweep>_<scale>_params_bleu`: parameters against dev BLEU per row, ours beside the paper's.
 
 A row without a done run is drawn as a labelled gap ("missing", "failed", ...), never as a zero. The bytes
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ..records import write_atomic_bytes
-from .collect import PUBLISHED, read_curves
+from .collect import PUBLISHED, RunRecord, read_curves
 from .table3 import RowResult, Table, deltas
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
@@ -92,10 +93,25 @@ def groups_in_order(table: Table) -> list[str]:
     return list(dict.fromkeys(result.row.group for result in table.rows))
 
 
+def ppl_points(run: RunRecord, curves: Mapping[str, Mapping[str, list]]) -> list[tuple[int, float]]:
+    """The run's dev PPL curve; a run too short for one validation shows its final dev PPL at its trained steps."""
+    points = list(curves.get(run.spec.run_id, {}).get("dev/ppl") or [])
+    final, steps = run.metrics.get("dev_ppl"), run.metrics.get("steps")
+    if not points and run.spec.run_id in curves and isinstance(final, (int, float)) and isinstance(steps, (int, float)):
+        points = [(int(steps), float(final))]
+    return points
+
+
 def draw_dev_ppl(plt, table: Table, curves: Mapping[str, Mapping[str, list]]):
     from matplotlib.ticker import FormatStrFormatter, LogLocator
 
-    groups = [group for group in groups_in_order(table) if group != table.base.row.group] or [table.base.row.group]
+    base = table.base
+    # Every group with a row besides base, base's own included; base alone only when it is the only row.
+    groups = [
+        group
+        for group in groups_in_order(table)
+        if any(result.row.group == group and result is not base for result in table.rows)
+    ] or [base.row.group]
     columns = min(3, len(groups))
     rows = -(-len(groups) // columns)
     figure, axes = plt.subplots(
@@ -103,28 +119,17 @@ def draw_dev_ppl(plt, table: Table, curves: Mapping[str, Mapping[str, list]]):
     )
     for axis in axes.flat[len(groups) :]:
         axis.set_visible(False)
-    base_runs = [run for run in table.base.runs if run.spec.run_id in curves]
+    base_curves = [points for run in base.runs if (points := ppl_points(run, curves))]
     for axis, group in zip(axes.flat, groups):
-        members = [result for result in table.rows if result.row.group == group]
-        if group != table.base.row.group:
-            for run in base_runs:
-                draw_curve(
-                    axis,
-                    curves[run.spec.run_id]["dev/ppl"],
-                    f"{table.base.row.id}" if run is base_runs[0] else None,
-                    color="0.6",
-                    linestyle="--",
-                )
+        members = [result for result in table.rows if result.row.group == group and result is not base] or [base]
+        if members != [base]:
+            for index, points in enumerate(base_curves):
+                draw_curve(axis, points, base.row.id if index == 0 else None, color="0.6", linestyle="--")
         absent = []
         for index, result in enumerate(members):
-            drawn = [run for run in result.runs if curves.get(run.spec.run_id, {}).get("dev/ppl")]
-            for run in drawn:
-                draw_curve(
-                    axis,
-                    curves[run.spec.run_id]["dev/ppl"],
-                    result.row.id if run is drawn[0] else None,
-                    color=f"C{index}",
-                )
+            drawn = [points for run in result.runs if (points := ppl_points(run, curves))]
+            for number, points in enumerate(drawn):
+                draw_curve(axis, points, result.row.id if number == 0 else None, color=f"C{index}")
             if not drawn:
                 absent.append(f"{result.row.id}: {result.status}")
         if absent:
