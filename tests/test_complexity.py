@@ -94,3 +94,11 @@ def test_quick_command_writes_table1(tmp_path, capsys, one_thread):
     assert len(summary) == 1 + len(LAYERS)
     assert not (tmp_path / "sustained_flops.json").exists()  # a quick run never prices Table 2
     assert "graph depth" in capsys.readouterr().out
+    assert text.startswith("# Table 1: per-layer cost, quick (smoke test, not a result)\n")
+
+
+def test_quick_never_writes_results_by_default(tmp_path, monkeypatch, one_thread):
+    monkeypatch.chdir(tmp_path)
+    assert main(["complexity", "--quick"]) == 0
+    assert (tmp_path / "runs" / "complexity-quick" / "table1.md").is_file()
+    assert not (tmp_path / "results").exists()

@@ -73,6 +73,7 @@ class ComplexityConfig:
     repeats: int = 5  # batches per size; the fastest is kept (other processes only ever add time)
     threads: int = 1
     matmul_size: int = 1024  # the sustained-FLOP/s benchmark's square matrices
+    quick: bool = False  # `--quick`'s sizes: a smoke test, and its tables say so
 
     def __post_init__(self) -> None:
         for name in ("d", "n_for_d", "r", "k", "fit_points", "path_d", "repeats", "threads", "matmul_size"):
@@ -111,7 +112,10 @@ QUICK = ComplexityConfig(
     min_seconds=0.002,
     repeats=2,
     matmul_size=128,
+    quick=True,
 )
+QUICK_OUT = "runs/complexity-quick"  # `--quick`'s default --out: a scratch folder, never the committed results/
+QUICK_TITLE = "quick (smoke test, not a result)"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -511,7 +515,8 @@ def header(m: Measurement) -> list[str]:
 
 def render_markdown(m: Measurement) -> str:
     keys = list(SUMMARY_LABELS)
-    lines = ["# Table 1: per-layer cost, measured", ""] + [f"- {line}" for line in header(m)] + [""]
+    title = QUICK_TITLE if m.config.quick else "measured"
+    lines = [f"# Table 1: per-layer cost, {title}", ""] + [f"- {line}" for line in header(m)] + [""]
     lines += markdown_table(
         [SUMMARY_LABELS[key] for key in keys],
         ["l", "l"] + ["r"] * 4 + ["l"] * 4,
@@ -614,8 +619,9 @@ def cmd_complexity(args: argparse.Namespace) -> int:
     if args.threads is not None:
         config = dataclasses.replace(config, threads=args.threads)
     measurement = measure(config)
+    out = args.out or (QUICK_OUT if args.quick else "results")
     # A quick run is too coarse to price Table 2 with: it never overwrites the recorded figure.
-    for path in write_results(measurement, args.out, sustained=not args.quick):
+    for path in write_results(measurement, out, sustained=not args.quick):
         print(path)
     for row in summary_rows(measurement):
         print(
@@ -637,5 +643,8 @@ def add_complexity_parser(sub: Any) -> None:
     parser.add_argument(
         "--threads", type=int, help="torch threads for the timings (default: 1, the paper's per-device view)"
     )
-    parser.add_argument("--out", default="results", help="where table1.* go (default: results/)")
+    parser.add_argument(
+        "--out",
+        help=f"where table1.* go (default: results/; with --quick {QUICK_OUT}/, its tables titled {QUICK_TITLE!r})",
+    )
     parser.set_defaults(handler=cmd_complexity)
