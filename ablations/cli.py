@@ -186,6 +186,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         slurm=slurm,
         wait=args.wait,
         reuse=not args.no_reuse,
+        published=args.published,
     )
 
 
@@ -453,7 +454,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--no-reuse",
         action="store_true",
-        help="train a run even when another sweep under --out has a done run with the same id (same config)",
+        help="train a run even when another sweep under --out, or a record published under --published, has a done "
+        "run with the same id (same config)",
+    )
+    sweep.add_argument(
+        "--published",
+        default="results",
+        metavar="DIR",
+        help="where committed records are (DIR/records/); a pending run published there with the same id takes that "
+        "record instead of training (default: results)",
     )
     sweep.add_argument(
         "--gpus-per-run",
@@ -497,7 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
         "runs_dir", nargs="?", default="runs", metavar="RUNS_DIR", help="root of run folders (default: runs/)"
     )
     sync.add_argument(
-        "--timeout", type=float, default=120.0, metavar="S", help="seconds per run before giving up (default: 120)"
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds for the whole sync, not per run (default: 600); it stops at the first run that times out or "
+        "when they are spent, and says how many runs it did not try",
     )
     sync.add_argument("--dry-run", action="store_true", help="list what would be synced")
     sync.set_defaults(handler=cmd_sync)

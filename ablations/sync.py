@@ -4,7 +4,10 @@ Training logs to wandb offline (`<run>/wandb/offline-run-<time>-<run id>/run-<ru
 later, from a machine that can reach the server. A run directory whose `.wandb` file has wandb's marker beside
 it (`run-<id>.wandb.synced`, written by `wandb sync` on success) is skipped. Before syncing anything the server
 (WANDB_BASE_URL, else https://api.wandb.ai) is probed with a short TCP connect, so that an unreachable server is
-reported at once instead of after wandb's own retries; each `wandb sync` also has a timeout. The address of each
+reported at once instead of after wandb's own retries. `timeout` bounds the whole sync, not each run: each
+`wandb sync` gets what is left of it, and the sync stops at the first run that times out (a server that accepts
+and never answers would make every later run wait as long) or once the budget is spent, saying how many runs it
+did not try. The address of each
 uploaded run, as `wandb sync` prints it, is recorded as `wandb_url` in the run's metrics.json, where tables and
 the dashboard find it.
 """
@@ -71,7 +74,7 @@ def sync_one(run: Path, timeout: float) -> tuple[bool, str, Optional[str]]:
         except ProcessLookupError:
             pass
         output, _ = process.communicate()
-        return False, f"timed out after {timeout:g} s" + tail(output), None
+        return False, f"timed out after {timeout:.3g} s" + tail(output), None
     ok = process.returncode == 0 and is_synced(run)
     urls = RUN_URL.findall(output or "")
     return ok, ("" if ok else f"exit code {process.returncode}") + tail(output), urls[-1] if ok and urls else None
@@ -82,8 +85,12 @@ def tail(output: Optional[str], lines: int = 5) -> str:
     return "".join(f"\n    {row}" for row in rows)
 
 
-def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool = False) -> int:
-    """0 when every offline run under `root` is synced (or there is none); 1 when a sync failed or no server answers."""
+def sync_runs(root: str | Path = "runs", timeout: float = 600.0, dry_run: bool = False) -> int:
+    """0 when every offline run under `root` is synced (or there is none); 1 when a sync failed, one was not tried
+    (the `timeout` seconds of the whole sync spent) or no server answers."""
+    if timeout <= 0:
+        raise ValueError(f"--timeout {timeout:g}: expected a positive number of seconds")
+    deadline = time.monotonic() + timeout
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: no such directory")
@@ -112,10 +119,16 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
             flush=True,
         )
         return 1
-    failed = 0
+    failed = tried = 0
+    timed_out = False
     for run in todo:
+        left = deadline - time.monotonic()
+        if left <= 0 or timed_out:
+            break
+        tried += 1
         started = time.time()
-        ok, detail, url = sync_one(run, timeout)
+        ok, detail, url = sync_one(run, left)
+        timed_out = not ok and detail.startswith("timed out")
         print(
             f"{'synced' if ok else 'FAILED'} {run} ({time.time() - started:.1f} s)"
             + (f": {url}" if url else "")
@@ -125,5 +138,9 @@ def sync_runs(root: str | Path = "runs", timeout: float = 120.0, dry_run: bool =
         if url and read_metrics(run.parent.parent) is not None:
             update_metrics(run.parent.parent, wandb_url=url)
         failed += not ok
-    print(f"{len(todo) - failed} synced, {failed} failed", flush=True)
-    return 1 if failed else 0
+    untried = len(todo) - tried
+    why = "a run timed out" if timed_out else f"the --timeout of {timeout:g} s for the whole sync was spent"
+    print(
+        f"{tried - failed} synced, {failed} failed" + (f", {untried} not tried ({why})" if untried else ""), flush=True
+    )
+    return 1 if failed or untried else 0
