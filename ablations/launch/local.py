@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
-from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select
+from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, twin_of
 from .processes import (
     GRACE_SECONDS,
     LOG_FILE,
@@ -460,18 +460,29 @@ def run_sweep(
     slurm: Optional[SlurmOptions] = None,
     wait: bool = False,
     reuse: bool = True,
+    published: Optional[str | Path] = "results",
 ) -> int:
     """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
 
-    With `reuse`, a run never started takes the record of a done run with the same id elsewhere under `out`.
+    With `reuse`, a run never started takes the record of a done run with the same id elsewhere under `out`, or of
+    one published under `published`/records/ (the committed records: a fresh clone continues instead of retraining).
 
     With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`).
     """
     if workers is not None and workers != "auto" and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"--workers {workers}: expected a positive integer or auto")
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
-    if reuse and not dry_run:
-        for run, twin in reuse_finished_twins(runs, Path(out)):
+    published = Path(published) if published is not None else None
+    if reuse and dry_run:
+        twins = [run for run in runs if folder_status(run.dir) == "pending" and twin_of(run, Path(out), published)]
+        if twins:
+            print(
+                f"{len(twins)} pending run(s) will take the record of a done run with the same id (under {out} or "
+                f"{published}/records/) instead of training: {', '.join(run.label for run in twins)}",
+                flush=True,
+            )
+    elif reuse:
+        for run, twin in reuse_finished_twins(runs, Path(out), published):
             print(f"{run.label} ({run.spec.run_id}) reuses the finished run {twin} (same resolved config)", flush=True)
     if slurm is not None:
         if dry_run:

@@ -104,16 +104,30 @@ def finished_twin(run: Run, out: Path) -> Optional[Path]:
     return None
 
 
-def reuse_finished_twins(runs: list[Run], out: Path) -> list[tuple[Run, Path]]:
+def published_twin(run: Run, published: Path) -> Optional[Path]:
+    """A done record with this run's id published under `published`/records/ (committed results): a sweep continued
+    on a fresh clone trains only what is missing."""
+    for folder in sorted(published.glob(f"records/*/*-{run.spec.run_id}")):
+        if (read_metrics(folder) or {}).get("status") == "done":
+            return folder
+    return None
+
+
+def twin_of(run: Run, out: Path, published: Optional[Path]) -> Optional[Path]:
+    return finished_twin(run, out) or (published_twin(run, published) if published is not None else None)
+
+
+def reuse_finished_twins(runs: list[Run], out: Path, published: Optional[Path] = None) -> list[tuple[Run, Path]]:
     """Give each never-started run the record of a done run with the same id (another sweep's row, same config).
 
     Run identity is the hash of the resolved config, so positional_norm's `sin-pre` at tiny *is* table3's base
     there; training it again would spend the time to reproduce the same record. The record is copied (its
-    config.yaml says which sweep and row this folder is, and `reused_from` where the results come from).
+    config.yaml says which sweep and row this folder is, and `reused_from` where the results come from). A record
+    published under `published`/records/ counts too; its curves go back to logs/<attempt>/metrics.csv.
     """
     reused = []
     for run in runs:
-        if folder_status(run.dir) != "pending" or (twin := finished_twin(run, out)) is None:
+        if folder_status(run.dir) != "pending" or (twin := twin_of(run, out, published)) is None:
             continue
         with RunLock(run.dir) as lock:
             if not lock.acquire(tries=1) or (read_metrics(run.dir) or {}).get("status", "pending") != "pending":
@@ -124,6 +138,10 @@ def reuse_finished_twins(runs: list[Run], out: Path) -> list[tuple[Run, Path]]:
                     shutil.copytree(source, target, dirs_exist_ok=True)
                 elif source.exists() and name != METRICS_FILE:
                     shutil.copy2(source, target)
+            for curves in sorted(twin.glob("curves-*.csv")):  # a published record's logs/<attempt>/metrics.csv
+                attempt = run.dir / "logs" / curves.stem.removeprefix("curves-")
+                attempt.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(curves, attempt / "metrics.csv")
             write_config(run.dir, run.spec.config, run.meta)
             record = read_metrics(twin)
             # Written last: the folder counts as done only once its record is complete. A chain names the original.
