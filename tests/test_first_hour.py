@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from test_sweep import write_sweep
@@ -175,3 +176,21 @@ def test_sync_bounds_its_whole_wait_on_a_server_that_never_answers(tmp_path, mon
         server.close()
         for conn in accepted:
             conn.close()
+
+
+def test_storage_passwords_are_masked_wherever_they_are_shown(tmp_path, capsys):
+    from ablations.search import command
+    from ablations.search.study import mask_url, redact
+
+    url = "postgresql://user:secret@host/db"
+    assert mask_url(url) == "postgresql://user:***@host/db"
+    assert mask_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    assert mask_url("journal:/tmp/s.journal") == "journal:/tmp/s.journal"
+    assert "secret" not in redact(f"could not connect to {url} (password secret)", url)
+    search = Path(__file__).resolve().parent.parent / "sweeps" / "search_tiny.yaml"
+    # 127.0.0.1:9 (discard): nothing answers, the connection is refused at once
+    with pytest.raises(ValueError) as raised:
+        command.run_search(search, trials=1, storage="postgresql://user:secret@127.0.0.1:9/db", out=tmp_path)
+    captured = capsys.readouterr()
+    assert "secret" not in str(raised.value) and "secret" not in captured.out + captured.err
+    assert "user:***@127.0.0.1:9/db" in str(raised.value)

@@ -16,7 +16,17 @@ from ..launch.processes import GRACE_SECONDS, make_slots, train_command
 from ..records import blocking_lock, write_atomic
 from ..sweep import WIDTH_FIELDS, canonical_key, load_sweep, resolve, scales_for
 from .spec import Search, is_integer, load_search
-from .study import ask_lock, create_study, enqueue_grid, fail_stale_trials, grid_space, load_study, storage_spec
+from .study import (
+    ask_lock,
+    create_study,
+    enqueue_grid,
+    fail_stale_trials,
+    grid_space,
+    load_study,
+    mask_url,
+    redact,
+    storage_spec,
+)
 from .workers import WorkerPlan, on_main_thread, raise_interrupt, worker_loop, worker_main
 
 
@@ -124,7 +134,13 @@ def run_search(
     spec = storage_spec(storage, out, search.name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out.mkdir(parents=True, exist_ok=True)
-    study = create_study(search, spec, sampler)
+    try:
+        study = create_study(search, spec, sampler)
+    except ValueError:
+        raise
+    except Exception as error:  # e.g. the database cannot be reached: say so without its password
+        reason = redact(f"{type(error).__name__}: {error}", spec)
+        raise ValueError(f"storage {mask_url(spec)}: cannot create or load the study ({reason})") from None
     with blocking_lock(ask_lock(out, search.name)):
         stale = fail_stale_trials(study, spec)
         if sampler == "grid":
@@ -138,7 +154,7 @@ def run_search(
     print(
         f"search {search.name}: {search.sweep.name} row {search.row.id} at scale {search.scale.name}, "
         f"{search.metric} ({search.direction}), {trials} trials ({before} already in the study), {workers} worker(s), "
-        f"sampler {sampler}, storage {spec}",
+        f"sampler {sampler}, storage {mask_url(spec)}",
         flush=True,
     )
     slots = make_slots(workers)

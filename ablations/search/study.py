@@ -19,6 +19,42 @@ PRUNED_EXIT = 77  # a training process stopped by the pruner exits with this
 ATTR = "ablate."  # prefix of the study's user attributes written here
 
 
+def mask_url(url: Optional[str]) -> Optional[str]:
+    """A storage URL as it may be shown (console, logs, errors, records): its password replaced by `***`.
+
+    SQLAlchemy's own rendering (`make_url(...).render_as_string(hide_password=True)`, optuna depends on
+    SQLAlchemy); a string it cannot parse (journal:PATH, a path) is shown as given when it has no `user:pw@`, else
+    with what lies between `:` and `@` masked."""
+    if not url or "://" not in url:
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:  # not installed, or not an SQLAlchemy URL: mask the userinfo's password by hand
+        scheme, _, rest = url.partition("://")
+        userinfo, at, host = rest.rpartition("@")
+        if not at or ":" not in userinfo:
+            return url
+        return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    return parsed.render_as_string(hide_password=True) if parsed.password is not None else url
+
+
+def redact(text: str, url: Optional[str]) -> str:
+    """`text` (an error message, a log line) with `url`, and its password, masked wherever they appear."""
+    if not url:
+        return text
+    masked = mask_url(url) or url
+    text = text.replace(url, masked)
+    try:
+        from sqlalchemy.engine import make_url
+
+        password = make_url(url).password
+    except Exception:
+        password = None
+    return text.replace(str(password), "***") if password else text
+
+
 def storage_spec(storage: Optional[str], out: Path, name: str) -> str:
     """A normalised storage string: `journal:/abs/path` or an SQLAlchemy URL (sqlite paths made absolute)."""
     if not storage:
@@ -32,7 +68,7 @@ def storage_spec(storage: Optional[str], out: Path, name: str) -> str:
     if "://" in storage:
         return storage
     raise ValueError(
-        f"--storage {storage!r}: expected an SQLAlchemy URL (sqlite:///F.db, postgresql://...), "
+        f"--storage {mask_url(storage)!r}: expected an SQLAlchemy URL (sqlite:///F.db, postgresql://...), "
         "journal:PATH or a PATH ending in .journal"
     )
 
@@ -145,7 +181,7 @@ def create_study(search: Search, spec: str, sampler: str):
     )
     if study.direction.name.lower() != search.direction:
         raise ValueError(
-            f"study {search.name!r} in {spec} exists with direction {study.direction.name.lower()}, "
+            f"study {search.name!r} in {mask_url(spec)} exists with direction {study.direction.name.lower()}, "
             f"not {search.direction}; use another name or --storage"
         )
     identity = _identity(search, sampler)
@@ -153,7 +189,7 @@ def create_study(search: Search, spec: str, sampler: str):
     if previous is not None and previous != identity:
         changed = sorted(k for k in identity if previous.get(k) != identity.get(k))
         raise ValueError(
-            f"study {search.name!r} in {spec} exists with a different {', '.join(changed)}; "
+            f"study {search.name!r} in {mask_url(spec)} exists with a different {', '.join(changed)}; "
             "use another name or --storage to start a new study"
         )
     if previous is None:

@@ -13,7 +13,7 @@ from typing import Mapping, Optional
 
 from lightning.pytorch.callbacks import Callback
 
-from .study import ATTR, PRUNED_EXIT, STORAGE_ENV, STUDY_ENV, TRIAL_ENV, load_study, numbered_trial
+from .study import ATTR, PRUNED_EXIT, STORAGE_ENV, STUDY_ENV, TRIAL_ENV, load_study, numbered_trial, redact
 
 
 class TrialPruned(SystemExit):
@@ -66,7 +66,8 @@ class OptunaPruning(Callback):
                 try:
                     prune = report_and_check(self.trial, value, trainer.global_step)
                 except Exception as error:  # an unreachable storage must not stop training
-                    print(f"optuna: could not report to the study: {type(error).__name__}: {error}", file=sys.stderr)
+                    reason = redact(f"{type(error).__name__}: {error}", os.environ.get(STORAGE_ENV))
+                    print(f"optuna: could not report to the study: {reason}", file=sys.stderr)
         prune = bool(trainer.strategy.broadcast(prune))
         if prune:
             message = f"pruned by optuna at step {trainer.global_step} ({self.monitor} = {value})"
