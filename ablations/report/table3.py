@@ -341,14 +341,16 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
 
 def narrow_heads(results: Sequence[RowResult]) -> Optional[str]:
     """Rows whose heads this scale makes narrower than 4 dimensions: they test tiny heads, not the paper's knob."""
-    narrow = [
-        f"{r.row.id} (d_k {r.paper_units['d_k']}, d_v {r.paper_units['d_v']})"
-        for r in results
-        if r.runs and min(r.runs[0].spec.config.model.head_dim_k, r.runs[0].spec.config.model.head_dim_v) < 4
-    ]
+    narrow = []
+    for result in results:
+        if not result.runs:
+            continue
+        model = result.runs[0].spec.config.model
+        if min(model.head_dim_k, model.head_dim_v) < 4:
+            narrow.append(f"{result.row.id} (d_k {model.head_dim_k}, d_v {model.head_dim_v})")
     if not narrow:
         return None
-    return f"Degenerate at this scale, heads narrower than 4 dimensions: {', '.join(narrow)} (in the paper's units)."
+    return f"Degenerate at this scale, heads narrower than 4 dimensions: {', '.join(narrow)}."
 
 
 def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResult]) -> tuple[str, ...]:
