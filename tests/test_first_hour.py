@@ -194,3 +194,20 @@ def test_storage_passwords_are_masked_wherever_they_are_shown(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "secret" not in str(raised.value) and "secret" not in captured.out + captured.err
     assert "user:***@127.0.0.1:9/db" in str(raised.value)
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\t\n\n"])
+def test_an_empty_or_blank_corpus_file_is_named_before_bpe_training(tmp_path, content):
+    from lightning_modules.data.corpus import CorpusError, check_corpus, resolve_splits
+    from lightning_modules.data.tokenizer import load_or_train_tokenizer
+
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.en").write_text("a house\n")
+        (tmp_path / f"{split}.de").write_text("ein Haus\n")
+    (tmp_path / "train.de").write_bytes(content)
+    with pytest.raises(CorpusError, match=f"tokenizer training file {tmp_path / 'train.de'} (is empty|holds only)"):
+        load_or_train_tokenizer([tmp_path / "train.en", tmp_path / "train.de"], 32, tmp_path / "cache")
+    assert not (tmp_path / "cache" / "tokenizers").exists() or not any((tmp_path / "cache" / "tokenizers").iterdir())
+    splits = resolve_splits(tmp_path, "en", "de")
+    with pytest.raises(CorpusError, match=str(tmp_path / "train.de")):
+        check_corpus(splits)

@@ -181,6 +181,20 @@ def _is_long(text: str, max_chars: Optional[int], max_words: Optional[int]) -> b
     )
 
 
+def require_text(path: PathLike, role: str = "corpus") -> Path:
+    """``path`` when it holds something besides whitespace; else a ``CorpusError`` naming it (an empty or blank file
+    would otherwise reach sentencepiece's BPE training, whose error names no file)."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            if chunk.strip():
+                return path
+    size = path.stat().st_size
+    raise CorpusError(
+        f"{role} file {path} is empty" if size == 0 else f"{role} file {path} holds only whitespace ({size} bytes)"
+    )
+
+
 def scan_split(
     files: SplitFiles,
     role: str,
@@ -195,6 +209,8 @@ def scan_split(
     must align with the reference file, but empty lines are counted all the same.
     """
     require_split(files, role)
+    require_text(files.src, f"{role} split {files.name!r}")
+    require_text(files.tgt, f"{role} split {files.name!r}")
     report = SplitReport(role, files.name, str(files.src), str(files.tgt))
     drop_empty = role == "train"
     for index, s, t in iter_pairs(files.src, files.tgt):

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import sentencepiece as spm
 
 from .cache import FORMAT_VERSION, cache_key, default_cache_dir, file_digest, publish
-from .corpus import CorpusError, PathLike
+from .corpus import CorpusError, PathLike, require_text
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ def load_or_train_tokenizer(
     for path in files:
         if not path.is_file():
             raise CorpusError(f"tokenizer training file {path} does not exist")
+        require_text(path, "tokenizer training")  # before sentencepiece, whose error names no file
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     key = tokenizer_key(files, vocab_size, character_coverage, input_sentence_size, seed)
     root = cache / "tokenizers"
