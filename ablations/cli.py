@@ -19,7 +19,8 @@ def cmd_params(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Parameters of {args.sweep} (vocabulary {args.vocab}, scale {args.scale or 'paper units'})")
+    vocabularies = ", ".join(str(v) for v in sorted({row["vocab"] for row in rows})) or "-"
+    table = Table(title=f"Parameters of {args.sweep} (vocabulary {vocabularies}, scale {args.scale or 'paper units'})")
     for column in ("row", "group", "params", "paper", "Δ", "within tolerance"):
         table.add_column(column, justify="left" if column in ("row", "group") else "right")
     for row in rows:
@@ -379,7 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     params = sub.add_parser("params", help="parameter count of every row of a sweep beside the paper's")
     params.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
-    params.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (default: the paper's 37000)")
+    params.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="shared vocabulary size (default: the scale's own data.vocab_size with --scale, else the paper's 37000)",
+    )
     params.add_argument("--scale", default=None, help="count at a scale preset instead of the paper's units")
     params.add_argument("--json", action="store_true", help="print a JSON list")
     params.set_defaults(handler=cmd_params)

@@ -211,3 +211,19 @@ def test_an_empty_or_blank_corpus_file_is_named_before_bpe_training(tmp_path, co
     splits = resolve_splits(tmp_path, "en", "de")
     with pytest.raises(CorpusError, match=str(tmp_path / "train.de")):
         check_corpus(splits)
+
+
+def test_params_at_a_scale_counts_with_the_scales_own_vocabulary():
+    from ablations.params import parameter_table
+    from ablations.sweep import expand, load_sweep, scale_named
+
+    sweep_path = str(Path(__file__).resolve().parent.parent / "sweeps" / "table3.yaml")
+    tiny = {row["row"]: row for row in parameter_table(sweep_path, scale="tiny")}
+    (spec,) = expand(load_sweep(sweep_path), scale_named(sweep_path, "tiny"), seeds=[0], rows=["A1"])
+    assert tiny["A1"]["vocab"] == spec.config.data.vocab_size != 37000
+    record = json.loads(
+        (Path(sweep_path).parent.parent / "results/records/table3_tiny/A1-s0-45a1d1dede0e/metrics.json").read_text()
+    )
+    assert tiny["A1"]["params"] == record["params"]  # what the tiny run itself counted
+    assert parameter_table(sweep_path)[0]["vocab"] == 37000  # paper units: the paper's vocabulary
+    assert parameter_table(sweep_path, vocab_size=37000, scale="tiny")[0]["vocab"] == 37000  # given explicitly
