@@ -48,6 +48,7 @@ Public API: :func:`generate_pairs` and :func:`write_corpus`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import pathlib
@@ -57,7 +58,7 @@ from typing import Iterator, Optional
 
 from ..atomic import write_atomic
 
-__all__ = ["GENERATOR_VERSION", "generate_pairs", "write_corpus"]
+__all__ = ["GENERATOR_VERSION", "generate_pairs", "generate_treebank", "write_corpus", "write_treebank"]
 
 GENERATOR_VERSION = 2
 SRC_LANG, TGT_LANG = "en", "de"
@@ -892,39 +893,143 @@ def _realise(kind: str, a: _Clause, b: Optional[_Clause] = None, conj: str = "")
     return _finish(s, end), _finish(t, end)
 
 
-def _gen_sentence(rng: random.Random) -> tuple[str, str]:
+def _gen_plan(rng: random.Random) -> tuple:
+    """A sentence's structure: the arguments of ``_realise`` (and of ``_tree_of``)."""
     r = rng.random()
     if r < 0.07:
-        return _realise("main", _gen_clause(rng, simple=True))
+        return ("main", _gen_clause(rng, simple=True))
     if r < 0.57:
-        return _realise("main", _gen_clause(rng))
+        return ("main", _gen_clause(rng))
     if r < 0.67:
-        return _realise("question", _gen_clause(rng, front_ok=False))
+        return ("question", _gen_clause(rng, front_ok=False))
     if r < 0.80:
-        return _realise(
+        return (
             "sub",
             _gen_clause(rng, tail_free=False, clausal=False),
             _gen_clause(rng, clausal=False, front_ok=False),
             rng.choice(_S_CONJ),
         )
     if r < 0.87:
-        return _realise(
+        return (
             "front",
             _gen_clause(rng, front_ok=False),
             _gen_clause(rng, clausal=False, front_ok=False),
             rng.choice(("wen", "ef", "altho")),
         )
-    return _realise(
-        "coord", _gen_clause(rng, tail_free=False, clausal=False), _gen_clause(rng), rng.choice(("ond", "ond", "bat"))
+    return (
+        "coord",
+        _gen_clause(rng, tail_free=False, clausal=False),
+        _gen_clause(rng),
+        rng.choice(("ond", "ond", "bat")),
     )
 
 
-def _iter_pairs(rng: random.Random) -> Iterator[tuple[str, str]]:
+def _gen_sentence(rng: random.Random) -> tuple[str, str]:
+    return _realise(*_gen_plan(rng))
+
+
+def _iter_plans(rng: random.Random) -> Iterator[tuple[tuple, tuple[str, str]]]:
+    """(structure, (source, target)) of the sentences whose both sides have MIN_WORDS..MAX_WORDS words."""
     while True:
-        src, tgt = _gen_sentence(rng)
+        plan = _gen_plan(rng)
+        src, tgt = _realise(*plan)
         ns, nt = src.count(" ") + 1, tgt.count(" ") + 1
         if MIN_WORDS <= ns <= MAX_WORDS and MIN_WORDS <= nt <= MAX_WORDS:
-            yield src, tgt
+            yield plan, (src, tgt)
+
+
+def _iter_pairs(rng: random.Random) -> Iterator[tuple[str, str]]:
+    return (pair for _, pair in _iter_plans(rng))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The built-in treebank: the source language's sentences with their gold constituency trees
+# --------------------------------------------------------------------------------------------------------------
+# Each tree is built from the same structures the source sentence is realised from, so its words are the
+# sentence's (with punctuation split off as its own token, as in the Penn Treebank) and its brackets are what the
+# generator meant. Labels and tags follow the Penn Treebank's: S, SQ, SBAR, NP, VP, PP, ADVP, WHNP; DT, JJ, NN,
+# NNS, PRP, VBP, VBD, VB, MD, RB, IN, TO, WDT, CC, UH and the punctuation tags , . ?
+
+
+def _b_np(np: _NP) -> str:
+    if np.pron:
+        return f"(NP (PRP {_S_PRON[np.pron]}))"
+    words = []
+    if np.det == "def":
+        words.append("(DT tha)")
+    elif np.det == "indef":
+        words.append("(DT an)")
+    words += [f"(JJ {a.s})" for a in np.adjs]
+    noun = np.noun.s_pl if np.pl else np.noun.s_sg
+    *modifiers, head = noun.split(" ")  # a compound is two words: modifier (singular) and head
+    words += [f"(NN {m})" for m in modifiers] + [f"({'NNS' if np.pl else 'NN'} {head})"]
+    phrase = f"(NP {' '.join(words)})"
+    if np.rel is None:
+        return phrase
+    return f"(NP {phrase} (SBAR (WHNP (WDT thet)) {_b_clause(np.rel)}))"
+
+
+def _b_clause(cl: _Clause) -> str:
+    """An S: fronted time adverb, subject (absent in a subject-gap relative clause) and the verb phrase."""
+    parts = []
+    if cl.tadv is not None and cl.front:
+        parts.append(f"(ADVP (RB {cl.tadv.s}))")
+    if cl.subj is not None:
+        parts.append(_b_np(cl.subj))
+    parts.append(_b_vp(cl))
+    return f"(S {' '.join(parts)})"
+
+
+def _b_vp(cl: _Clause) -> str:
+    v = cl.verb
+    inner = [f"(VBD {v.s_past})" if cl.tense == "past" else f"({'VB' if cl.tense == 'fut' else 'VBP'} {v.s})"]
+    if cl.obj is not None:
+        inner.append(_b_np(cl.obj))
+    if cl.iobj is not None:
+        inner.append(f"(PP (TO tu) {_b_np(cl.iobj)})")
+    if cl.pp is not None:
+        inner.append(f"(PP (IN {cl.pp[0].s}) {_b_np(cl.pp[1])})")
+    if cl.madv is not None:
+        inner.append(f"(ADVP (RB {cl.madv.s}))")
+    if cl.tadv is not None and not cl.front:
+        inner.append(f"(ADVP (RB {cl.tadv.s}))")
+    if cl.comp is not None:
+        inner.append(f"(SBAR (IN thet) {_b_clause(cl.comp)})")
+    vp = f"(VP {' '.join(inner)})"
+    if cl.tense == "fut":
+        vp = f"(VP (MD wil) {vp})"
+    return f"(VP (RB nat) {vp})" if cl.neg else vp
+
+
+def _b_children(s: str) -> str:
+    """The children of an (S ...) bracket string, to be spliced into another S."""
+    assert s.startswith("(S ") and s.endswith(")")
+    return s[3:-1]
+
+
+def _tree_of(kind: str, a: _Clause, b: Optional[_Clause] = None, conj: str = "") -> str:
+    """The bracketed tree of the sentence ``_realise(kind, a, b, conj)`` realises (source side)."""
+    if kind == "main":
+        tree = f"(S {_b_children(_b_clause(a))} (. .))"
+    elif kind == "question":
+        tree = f"(SQ (UH kwe) {_b_children(_b_clause(a))} (. ?))"
+    elif kind == "sub":
+        tree = f"(S {_b_children(_b_clause(a))} (SBAR (IN {conj}) {_b_clause(b)}) (. .))"
+    elif kind == "front":
+        tree = f"(S (SBAR (IN {conj}) {_b_clause(b)}) (, ,) {_b_children(_b_clause(a))} (. .))"
+    elif kind == "coord":
+        joint = "(, ,) (CC bat)" if conj == "bat" else "(CC ond)"
+        tree = f"(S {_b_clause(a)} {joint} {_b_clause(b)} (. .))"
+    else:
+        raise ValueError(f"unknown sentence kind {kind!r}")
+    return _capitalise_first_word(tree)
+
+
+def _capitalise_first_word(tree: str) -> str:
+    """The sentence's first word capitalised, as ``_finish`` does for the sentence."""
+    match = re.search(r"\(([^\s()]+) ([^\s()]+)\)", tree)
+    word = match.group(2)
+    return tree[: match.start(2)] + word[:1].upper() + word[1:] + tree[match.end(2) :]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1041,3 +1146,69 @@ def _stats(pairs: list) -> dict:
             "word_types": len(types),
         }
     return out
+
+
+def generate_treebank(n: int, seed: int) -> list[tuple[str, str]]:
+    """n (sentence, bracketed gold tree) of the source language, deterministic from seed: the sentences
+    ``generate_pairs(n, seed)`` has as sources, tokenised as the tree's words (punctuation split off)."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    trees = [_tree_of(*plan) for plan, _ in itertools.islice(_iter_plans(random.Random(seed)), n)]
+    return [(" ".join(_TREE_WORD.findall(tree)), tree) for tree in trees]
+
+
+_TREE_WORD = re.compile(r"\([^\s()]+ ([^\s()]+)\)")
+TREEBANK_SPLITS = {"train": "train", "valid": "valid", "test": "test"}
+
+
+def write_treebank(
+    directory: str | os.PathLike,
+    train_trees: int = 20_000,
+    seed: int = 1234,
+    dev_trees: int = 1000,
+    test_trees: int = 1000,
+) -> pathlib.Path:
+    """Write {train,valid,test}.tree (one bracketed tree per line, Penn Treebank style) and treebank.json.
+
+    Train, valid and test come from streams derived from ``seed`` (not the translation corpus's); a held-out tree
+    whose sentence is in train or earlier is skipped, as ``write_corpus`` does. Unchanged parameters: nothing is
+    rewritten.
+    """
+    path = pathlib.Path(directory).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    params = {
+        "generator": "lightning_modules.data.generated",
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "train_trees": train_trees,
+        "dev_trees": dev_trees,
+        "test_trees": test_trees,
+    }
+    manifest = path / "treebank.json"
+    files = [path / f"{split}.tree" for split in TREEBANK_SPLITS]
+    if manifest.exists():
+        try:
+            old = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = None
+        if isinstance(old, dict) and old.get("params") == params and all(f.is_file() for f in files):
+            return path
+        manifest.unlink()
+    seen: set = set()
+    counts = {}
+    for split, n in (("train", train_trees), ("valid", dev_trees), ("test", test_trees)):
+        stream = generate_treebank(3 * n + 100 if split != "train" else n, _derive_seed(seed, f"treebank-{split}"))
+        kept = []
+        for sentence, tree in stream:
+            if split != "train" and sentence in seen:
+                continue
+            seen.add(sentence)
+            kept.append(tree)
+            if len(kept) == n:
+                break
+        if len(kept) < n:
+            raise ValueError(f"treebank {split}: only {len(kept)} distinct sentences of {n}")
+        write_atomic(path / f"{split}.tree", "".join(tree + "\n" for tree in kept))
+        counts[f"{split}.tree"] = len(kept)
+    write_atomic(manifest, json.dumps({"params": params, "files": counts}, indent=2) + "\n")
+    return path
