@@ -81,7 +81,7 @@ def missing_message(missing: Sequence[RunRecord], total: int, published: Sequenc
     what = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     lines = [
         f"{len(missing)} of {total} selected runs have no finished record under "
-        f"{Path(args.runs) / '<sweep>' / args.scale}/ ({what}): "
+        f"{Path(args.runs) / missing[0].spec.sweep / args.scale}/ ({what}): "
         + ", ".join(f"{run.spec.row}-s{run.spec.seed}" for run in missing[:8])
         + (", ..." if len(missing) > 8 else "")
     ]
