@@ -533,6 +533,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_table_parser(sub)
     add_search_parser(sub)
+    for name in ("params", "train", "sweep", "table", "search"):
+        sub.choices[name].add_argument(
+            "--scales",
+            metavar="FILE",
+            help="scale presets file (default: the scales.yaml beside the sweep file, else the project's "
+            "sweeps/scales.yaml)",
+        )
     bench = sub.add_parser(
         "bench",
         help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",
@@ -582,13 +589,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    import os
+
+    from .sweep import SCALES_ENV
+
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    previous = os.environ.get(SCALES_ENV)
+    if getattr(args, "scales", None):  # seen by scale_named here and in the processes this command starts
+        os.environ[SCALES_ENV] = str(Path(args.scales).absolute())
     try:
         return handler(args)
     except ValueError as error:
         print(f"ablate {args.command}: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        if getattr(args, "scales", None):
+            if previous is None:
+                os.environ.pop(SCALES_ENV, None)
+            else:
+                os.environ[SCALES_ENV] = previous
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -286,9 +287,26 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
     return scales
 
 
+SCALES_ENV = "ABLATE_SCALES"  # the `--scales FILE` of a command, set by the CLI (seen by its search workers too)
+PROJECT_SCALES = Path(__file__).resolve().parent.parent / "sweeps" / "scales.yaml"  # the project's presets
+
+
+def scales_path(sweep_path: str | Path) -> Path:
+    """Where a sweep's scale presets are: `--scales FILE` (ABLATE_SCALES) when given; else the `scales.yaml` beside
+    the sweep file; else the project's sweeps/scales.yaml (so a sweep file of one's own may sit anywhere)."""
+    given = os.environ.get(SCALES_ENV, "").strip()
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise ValueError(f"--scales {path}: no such file")
+        return path
+    beside = Path(sweep_path).parent / "scales.yaml"
+    return beside if beside.is_file() else PROJECT_SCALES
+
+
 def scales_for(sweep_path: str | Path) -> dict[str, Scale]:
-    """Scale presets live in `scales.yaml` beside the sweep file."""
-    return load_scales(Path(sweep_path).parent / "scales.yaml")
+    """The scale presets of a sweep, from scales_path(sweep_path)."""
+    return load_scales(scales_path(sweep_path))
 
 
 def scale_named(sweep_path: str | Path, name: str, where: str = "--scale") -> Scale:

@@ -227,3 +227,38 @@ def test_params_at_a_scale_counts_with_the_scales_own_vocabulary():
     assert tiny["A1"]["params"] == record["params"]  # what the tiny run itself counted
     assert parameter_table(sweep_path)[0]["vocab"] == 37000  # paper units: the paper's vocabulary
     assert parameter_table(sweep_path, vocab_size=37000, scale="tiny")[0]["vocab"] == 37000  # given explicitly
+
+
+def test_scales_file_for_a_sweep_of_ones_own(tmp_path, capsys):
+    import yaml
+
+    from ablations import cli
+    from ablations.sweep import SCALES_ENV, scales_path
+
+    own = tmp_path / "own"
+    path = write_sweep(tmp_path / "sweep", tmp_path / "corpus", {"base": {}})
+    scales = tmp_path / "elsewhere" / "presets.yaml"
+    scales.parent.mkdir()
+    (path.parent / "scales.yaml").rename(scales)  # the sweep file alone, its presets elsewhere
+    own.mkdir()
+    path = path.rename(own / "mine.yaml")
+    assert scales_path(path) == Path(cli.__file__).resolve().parent.parent / "sweeps" / "scales.yaml"  # the project's
+    assert cli.main(["params", str(path), "--scale", "test", "--json"]) == 2  # not a project preset
+    assert "unknown" in capsys.readouterr().err
+    assert cli.main(["params", str(path), "--scale", "test", "--scales", str(scales), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["d_model"] == 32 and row["vocab"] == 96  # the test scale of presets.yaml
+    assert SCALES_ENV not in os.environ  # restored after the command
+    argv = ["sweep", str(path), "--scale", "test", "--scales", str(scales), "--dry-run", "--out", str(tmp_path / "r")]
+    assert cli.main(argv) == 0
+    assert "1 pending" in capsys.readouterr().out
+    assert (
+        cli.main(
+            ["train", "--sweep", str(path), "--row", "base", "--scale", "test", "--scales", str(scales)]
+            + ["--print-config"]
+        )
+        == 0
+    )
+    assert yaml.safe_load(capsys.readouterr().out)["config"]["model"]["d_model"] == 32
+    assert cli.main(["params", str(path), "--scale", "test", "--scales", str(tmp_path / "none.yaml")]) == 2
+    assert f"--scales {tmp_path / 'none.yaml'}: no such file" in capsys.readouterr().err
