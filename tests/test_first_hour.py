@@ -262,3 +262,16 @@ def test_scales_file_for_a_sweep_of_ones_own(tmp_path, capsys):
     assert yaml.safe_load(capsys.readouterr().out)["config"]["model"]["d_model"] == 32
     assert cli.main(["params", str(path), "--scale", "test", "--scales", str(tmp_path / "none.yaml")]) == 2
     assert f"--scales {tmp_path / 'none.yaml'}: no such file" in capsys.readouterr().err
+
+
+def test_the_dry_runs_wall_time_leaves_out_runs_that_take_a_published_record(tmp_path, capsys, monkeypatch):
+    sweep = Path(__file__).resolve().parent.parent / "sweeps" / "table3.yaml"
+    monkeypatch.setattr(processes, "available_cores", lambda: [0, 1])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
+    out = tmp_path / "runs"
+    assert local.run_sweep(sweep, "tiny", rows=["A1"], workers="auto", out=out, dry_run=True) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "will take the record" in text and "expected wall time: 0s (nothing to train" in text
+    assert local.run_sweep(sweep, "tiny", rows=["A1"], workers="auto", out=out, dry_run=True, reuse=False) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "expected wall time ≈" in text  # the published A1 records' measured wall_seconds

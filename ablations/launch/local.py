@@ -113,7 +113,15 @@ def expected_wall(seconds: list[float], workers: int) -> float:
     return max(free)
 
 
-def print_plan(runs: list[Run], out: Path, slots: list[Slot], costs: Optional[dict[Any, Any]] = None) -> None:
+def print_plan(
+    runs: list[Run],
+    out: Path,
+    slots: list[Slot],
+    costs: Optional[dict[Any, Any]] = None,
+    taken: Sequence[Run] = (),
+) -> None:
+    """The dry run's table and totals; with `costs`, the expected wall time of the runs left to train (not those
+    `taken`: pending runs that will take a done twin's record instead)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -149,11 +157,12 @@ def print_plan(runs: list[Run], out: Path, slots: list[Slot], costs: Optional[di
             + (f", GPUs {','.join(gpus)}" if gpus else ", no GPU")
         )
     if costs is not None:
-        todo = [run for run in runs if folder_status(run.dir) != "done"]
+        skip = {id(run) for run in taken}
+        todo = [run for run in runs if folder_status(run.dir) != "done" and id(run) not in skip]
         known = [cost for cost in (run_cost(run, costs) for run in todo) if cost is not None]
         unknown = len(todo) - len(known)
         if not todo:
-            console.print("expected wall time: 0s (every run is done)")
+            console.print("expected wall time: 0s (nothing to train: every run is done or takes a done twin's record)")
         elif not known:
             console.print(
                 f"expected wall time: no measured cost (none of the {len(todo)} runs to train has finished before)"
@@ -473,6 +482,7 @@ def run_sweep(
         raise ValueError(f"--workers {workers}: expected a positive integer or auto")
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
     published = Path(published) if published is not None else None
+    twins: list[Run] = []
     if reuse and dry_run:
         twins = [run for run in runs if folder_status(run.dir) == "pending" and twin_of(run, Path(out), published)]
         if twins:
@@ -494,6 +504,6 @@ def run_sweep(
         workers = auto_workers(max((estimates(run, cache)[0] for run in runs), default=None), gpus_per_run)
     slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
     if dry_run:
-        print_plan(runs, Path(out), slots, measured_costs(Path(out)))
+        print_plan(runs, Path(out), slots, measured_costs(Path(out)), taken=twins)
         return 0
     return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace).run()
