@@ -426,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "cpu", "gpu", "cuda"),
         help="Lightning accelerator (default: auto)",
     )
+    add_wandb_arguments(train)
     train.set_defaults(handler=cmd_train)
 
     sweep = sub.add_parser(
@@ -500,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--slurm-cluster", help=argparse.SUPPRESS
     )  # submitit cluster: "local" runs the jobs here (tests)
     slurm.add_argument("--wait", action="store_true", help="wait for the jobs and report like the local launcher")
+    add_wandb_arguments(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
     sync = sub.add_parser(
@@ -588,27 +590,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_environment(args: argparse.Namespace) -> dict[str, str]:
+    """Options that this command and the processes it starts read from the environment."""
+    from .sweep import SCALES_ENV
+    from .tracking import ENTITY_ENV, PROJECT_ENV, TAGS_ENV
+
+    env = {}
+    if getattr(args, "scales", None):  # seen by scale_named here and in the processes this command starts
+        env[SCALES_ENV] = str(Path(args.scales).absolute())
+    for name, variable in (("wandb_project", PROJECT_ENV), ("wandb_entity", ENTITY_ENV), ("wandb_tags", TAGS_ENV)):
+        if getattr(args, name, None):
+            env[variable] = getattr(args, name)
+    return env
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import os
 
-    from .sweep import SCALES_ENV
-
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    previous = os.environ.get(SCALES_ENV)
-    if getattr(args, "scales", None):  # seen by scale_named here and in the processes this command starts
-        os.environ[SCALES_ENV] = str(Path(args.scales).absolute())
+    env = command_environment(args)
+    previous = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         return handler(args)
     except ValueError as error:
         print(f"ablate {args.command}: error: {error}", file=sys.stderr)
         return 2
     finally:
-        if getattr(args, "scales", None):
-            if previous is None:
-                os.environ.pop(SCALES_ENV, None)
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
             else:
-                os.environ[SCALES_ENV] = previous
+                os.environ[name] = value
+
+
+def add_wandb_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wandb-project", help="wandb project (default: $WANDB_PROJECT, else attention-ablations)")
+    parser.add_argument("--wandb-entity", help="wandb entity, a user or team (default: $WANDB_ENTITY, else yours)")
+    parser.add_argument(
+        "--wandb-tags", metavar="T,T", help="extra wandb tags, comma-separated (also $ABLATE_WANDB_TAGS)"
+    )
 
 
 if __name__ == "__main__":

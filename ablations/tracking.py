@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 from lightning_modules.config import RunConfig
 
-PROJECT = "attention-ablations"
+PROJECT = "attention-ablations"  # the default; WANDB_PROJECT or --wandb-project choose another
+PROJECT_ENV, ENTITY_ENV, TAGS_ENV = "WANDB_PROJECT", "WANDB_ENTITY", "ABLATE_WANDB_TAGS"
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_SECONDS = 2.0  # a reachable server answers a TCP connect in far less
 INIT_TIMEOUT_SECONDS = 5.0  # a server that accepts connections but does not answer: wandb.init gives up after this
@@ -43,13 +44,18 @@ def _make_logger(run_dir: Path, config: RunConfig, meta: dict[str, Any], mode: s
 
     sweep, scale, row = meta.get("sweep", "adhoc"), meta.get("scale", "custom"), meta.get("row", "run")
     return WandbLogger(
-        project=PROJECT,
+        project=os.environ.get(PROJECT_ENV) or PROJECT,
+        entity=os.environ.get(ENTITY_ENV) or None,
         save_dir=str(run_dir),
         id=config.run_id(),
         resume="allow",
         group=f"{sweep}-{scale}",
         name=f"{row}-s{config.seed}",
-        tags=[t for t in (sweep, scale, meta.get("group")) if t],
+        tags=[
+            t.strip()
+            for t in (sweep, scale, meta.get("group"), *os.environ.get(TAGS_ENV, "").split(","))
+            if t and t.strip()
+        ],
         config=flat_config(config) | {"meta." + k: v for k, v in meta.items()},
         mode=mode,
         settings=wandb.Settings(init_timeout=INIT_TIMEOUT_SECONDS, silent=True),
