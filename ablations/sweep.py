@@ -317,10 +317,26 @@ def scale_named(sweep_path: str | Path, name: str, where: str = "--scale") -> Sc
     return scales[name]
 
 
+RUN_STEPS = "run_steps"  # steps in run units: not multiplied by the scale's steps_scale (train_steps is)
+
+
+def without_run_steps(values: Mapping[str, Any], where: str) -> tuple[dict[str, Any], Optional[int]]:
+    """`values` without `run_steps`, and its value: a positive integer of optimiser steps at every scale."""
+    rest = {key: value for key, value in values.items() if key != RUN_STEPS}
+    steps = values.get(RUN_STEPS)
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"{where}: {RUN_STEPS} = {steps!r}: expected a positive integer (optimiser steps, run units)")
+    if steps is not None and "train_steps" in values:
+        raise ValueError(f"{where}: give train_steps (paper units) or {RUN_STEPS} (run units), not both")
+    return rest, steps
+
+
 def paper_units(sweep: Sweep, row: Row) -> RunConfig:
     """The row exactly as the paper states it (full dimensions), validated."""
-    values = apply_overrides(RunConfig().to_dict(), sweep.base, f"{sweep.path}: base")
-    values = apply_overrides(values, row.overrides, sweep.where(row))
+    base, _ = without_run_steps(sweep.base, f"{sweep.path}: base")
+    overrides, _ = without_run_steps(row.overrides, sweep.where(row))
+    values = apply_overrides(RunConfig().to_dict(), base, f"{sweep.path}: base")
+    values = apply_overrides(values, overrides, sweep.where(row))
     return build_config(values, sweep.where(row))
 
 
@@ -328,8 +344,10 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
     """Preset settings, then the sweep's base and the row (paper units), then the scale mapping, then `sets`."""
     where = f"{sweep.where(row)} at scale {scale.name}"
     values = apply_overrides(RunConfig().to_dict(), scale.settings, f"scale {scale.name}")
-    values = apply_overrides(values, sweep.base, f"{sweep.path}: base")
-    values = apply_overrides(values, row.overrides, where)
+    base, base_run_steps = without_run_steps(sweep.base, f"{sweep.path}: base")
+    overrides, row_run_steps = without_run_steps(row.overrides, where)
+    values = apply_overrides(values, base, f"{sweep.path}: base")
+    values = apply_overrides(values, overrides, where)
     model = values["model"]
     for name in WIDTH_FIELDS:
         if model[name] is None:
@@ -340,6 +358,9 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
             )
         model[name] //= scale.width_divisor
     values["train"]["max_steps"] = scale.steps(values["train"]["max_steps"])
+    run_steps = row_run_steps if row_run_steps is not None else base_run_steps
+    if run_steps is not None and not (row_run_steps is None and "train_steps" in row.overrides):
+        values["train"]["max_steps"] = run_steps
     values["seed"] = seed
     return build_config(apply_sets(values, sets), where)
 

@@ -491,3 +491,14 @@ def test_a_real_sweep_finishes_records_a_crash_and_skips_finished_runs(corpus, t
     assert cli.main(sweep_args(path, out, "--rows", "base,nopos", "--workers", "2")) == 0
     assert "0 launched" in capsys.readouterr().out
     assert all(read_metrics(runs[name])["attempts"] == 1 for name in ("base-s0", "nopos-s0"))
+
+
+def test_run_steps_are_run_units_at_every_scale_and_train_steps_paper_units(tmp_path, corpus):
+    path = write_sweep(tmp_path, corpus, {"base": {}, "short": {"run_steps": 7}, "paper": {"train_steps": 200000}})
+    sweep = load_sweep(path)
+    specs = {s.row: s.config.train.max_steps for s in expand(sweep, scales_for(path)["test"])}
+    assert specs == {"base": 5, "short": 7, "paper": 10}  # steps_scale 0.00005: 100000 -> 5, 200000 -> 10
+    with pytest.raises(ValueError, match="run_steps = 0: expected a positive integer"):
+        load_sweep(write_sweep(tmp_path / "bad", corpus, {"x": {"run_steps": 0}}))
+    with pytest.raises(ValueError, match="train_steps .* or run_steps .*, not both"):
+        load_sweep(write_sweep(tmp_path / "both", corpus, {"x": {"run_steps": 3, "train_steps": 10}}))
