@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
-from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, twin_of
+from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, take_published, twin_of
 from .processes import (
     GRACE_SECONDS,
     LOG_FILE,
@@ -483,6 +483,14 @@ def run_sweep(
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
     published = Path(published) if published is not None else None
     twins: list[Run] = []
+    if reuse and published is not None:
+        taken = take_published(runs, published)
+        if taken:
+            print(
+                f"{len(taken)} run(s) are published under {published}/records/ (done there, not retrained; "
+                "--no-reuse trains them)",
+                flush=True,
+            )
     if reuse and dry_run:
         twins = [run for run in runs if folder_status(run.dir) == "pending" and twin_of(run, Path(out), published)]
         if twins:

@@ -104,6 +104,19 @@ def finished_twin(run: Run, out: Path) -> Optional[Path]:
     return None
 
 
+def take_published(runs: list[Run], published: Path) -> list[Run]:
+    """Runs not started whose own record is published (`published`/records/<sweep>_<scale>/<folder>, done): their
+    folder becomes that record, so they count as done and nothing is copied or written (a sweep continued on a
+    fresh clone trains only what is missing, and the committed records stay as they are)."""
+    taken = []
+    for run in runs:
+        record = published / "records" / f"{run.spec.sweep}_{run.spec.scale}" / run.dir.name
+        if folder_status(run.dir) == "pending" and (read_metrics(record) or {}).get("status") == "done":
+            run.dir, run.state, run.note = record.absolute(), "done", "published"
+            taken.append(run)
+    return taken
+
+
 def published_twin(run: Run, published: Path) -> Optional[Path]:
     """A done record with this run's id published under `published`/records/ (committed results): a sweep continued
     on a fresh clone trains only what is missing."""
