@@ -265,14 +265,24 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
+    import io
+
     import torch
 
+    from lightning_modules.atomic import write_atomic_bytes
     from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
 
     paths = step_checkpoints(args.checkpoints)[-args.last :]
     if not paths:
-        raise ValueError(f"{args.checkpoints}: no step-*.ckpt checkpoints found")
-    torch.save({"state_dict": average_checkpoints(paths), "averaged": [p.name for p in paths]}, args.output)
+        raise ValueError(
+            f"{args.checkpoints}: no step-*.ckpt checkpoints found (they are written every "
+            "train.checkpoint_every_steps; a run shorter than that has only last.ckpt)"
+        )
+    if Path(args.output).exists() and not args.force:
+        raise ValueError(f"--output {args.output}: the file exists; give another name, or --force to replace it")
+    buffer = io.BytesIO()
+    torch.save({"state_dict": average_checkpoints(paths), "averaged": [p.name for p in paths]}, buffer)
+    write_atomic_bytes(Path(args.output), buffer.getvalue())  # a crash never leaves half a file
     print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
     return 0
 
@@ -529,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument(
         "--last", type=int, default=5, help="how many of the latest checkpoints (paper: 5 base, 20 big)"
     )
-    average.add_argument("--output", required=True, help="file to write the averaged weights to")
+    average.add_argument("--output", required=True, help="file to write the averaged weights to (a new file)")
+    average.add_argument("--force", action="store_true", help="replace --output if it exists")
     average.set_defaults(handler=cmd_average)
     from .report import add_table_parser
 

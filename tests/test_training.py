@@ -165,6 +165,21 @@ def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path):
         assert torch.allclose(averaged[name], (value + b.state_dict()[name]) / 2)
 
 
+def test_ablate_average_never_replaces_a_file_unasked(tmp_path, capsys):
+    from ablations import cli
+
+    for step in (100, 200):
+        torch.save({"state_dict": small_model().state_dict()}, tmp_path / f"step-{step:07d}.ckpt")
+    output = tmp_path / "last.ckpt"
+    output.write_bytes(b"a run's resume checkpoint")
+    assert cli.main(["average", str(tmp_path), "--last", "2", "--output", str(output)]) == 2
+    assert "the file exists" in capsys.readouterr().err and output.read_bytes() == b"a run's resume checkpoint"
+    assert cli.main(["average", str(tmp_path), "--last", "2", "--output", str(output), "--force"]) == 0
+    assert torch.load(output, weights_only=False)["averaged"] == ["step-0000100.ckpt", "step-0000200.ckpt"]
+    assert cli.main(["average", str(tmp_path / "none"), "--output", str(tmp_path / "x.ckpt")]) == 2
+    assert "a run shorter than that has only last.ckpt" in capsys.readouterr().err
+
+
 def test_averaging_rejects_a_corrupted_checkpoint(tmp_path):
     (tmp_path / "step-0000100.ckpt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="step-0000100.ckpt"):
