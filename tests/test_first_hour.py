@@ -271,7 +271,7 @@ def test_the_dry_runs_wall_time_leaves_out_runs_that_take_a_published_record(tmp
     out = tmp_path / "runs"
     assert local.run_sweep(sweep, "tiny", rows=["A1"], workers="auto", out=out, dry_run=True) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "will take the record" in text and "expected wall time: 0s (nothing to train" in text
+    assert "are published under results/records/" in text and "expected wall time: 0s (nothing to train" in text
     assert local.run_sweep(sweep, "tiny", rows=["A1"], workers="auto", out=out, dry_run=True, reuse=False) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "expected wall time ≈" in text  # the published A1 records' measured wall_seconds
