@@ -38,13 +38,15 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def command_sets(args: argparse.Namespace) -> dict[str, Any]:
-    """A command's `--set KEY=VALUE` and `--data DIR`, as overrides applied last, in run units (sweep.apply_sets)."""
-    from .sweep import parse_sets
+    from .sweep import command_sets as sets_of
 
-    sets = parse_sets(args.set or [])
-    if args.data:
-        sets["data.path"] = args.data
-    return sets
+    return sets_of(args)
+
+
+def parse_id_list(text: str, flag: str) -> list[str]:
+    from .sweep import parse_id_list as parse
+
+    return parse(text, flag)
 
 
 def resolve_run(args: argparse.Namespace):
@@ -136,15 +138,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
-
-
-def parse_id_list(text: str, flag: str) -> list[str]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise ValueError(f"{flag} {text!r}: expected a comma-separated list")
-    if len(set(items)) != len(items):
-        raise ValueError(f"{flag} {text!r}: an item appears twice")
-    return items
 
 
 def parse_workers(text: str) -> int | str:

@@ -381,6 +381,24 @@ def expand(
     return specs
 
 
+def parse_id_list(text: str, flag: str) -> list[str]:
+    """`--rows A1,B2`: the ids in order; empty items and repeats are errors naming the flag."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{flag} {text!r}: expected a comma-separated list")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{flag} {text!r}: an item appears twice")
+    return items
+
+
+def command_sets(args: Any) -> dict[str, Any]:
+    """A command's `--set KEY=VALUE` and `--data DIR`, as overrides applied last, in run units (apply_sets)."""
+    sets = parse_sets(args.set or [])
+    if args.data:
+        sets["data.path"] = args.data
+    return sets
+
+
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
     """`--set key=value` pairs; values are parsed as YAML scalars (1e-3, true, null, rope)."""
     out = {}

@@ -273,7 +273,7 @@ def test_the_cli_parser():
     assert (args.search, args.trials, args.workers, args.storage, args.sampler, args.scale, args.out) == (
         "sweeps/search_tiny.yaml",
         3,
-        2,
+        "2",  # parsed with "auto" by launch.processes.parse_workers when the search starts
         "x.journal",
         "grid",
         "tiny",
@@ -283,7 +283,7 @@ def test_the_cli_parser():
     defaults = parser.parse_args(["search", "f.yaml"])
     assert (defaults.trials, defaults.workers, defaults.storage, defaults.sampler, defaults.out) == (
         None,
-        1,
+        "1",
         None,
         "tpe",
         "runs/search",

@@ -40,7 +40,7 @@ def write_outputs(table: Table, out: str | Path) -> list[Path]:
 
 def selected_seeds(args: argparse.Namespace) -> Optional[tuple[int, ...]]:
     """`--seeds N` (0..N-1) or `--seed-list S,S`, checked as `ablate sweep` checks them; None for the sweep's."""
-    from ..cli import parse_id_list
+    from ..sweep import parse_id_list
 
     if getattr(args, "seeds", None) is not None:
         if args.seeds < 1:
@@ -59,7 +59,7 @@ def selected_seeds(args: argparse.Namespace) -> Optional[tuple[int, ...]]:
 
 def selection_of(args: argparse.Namespace) -> Selection:
     """The runs `ablate sweep` would train with the same `--set`, `--data`, `--rows` and seeds."""
-    from ..cli import command_sets, parse_id_list
+    from ..sweep import command_sets, parse_id_list
 
     rows = tuple(parse_id_list(args.rows, "--rows")) if args.rows else None
     return Selection(rows, selected_seeds(args), command_sets(args), published=args.published)
