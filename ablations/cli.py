@@ -37,22 +37,10 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
-def command_sets(args: argparse.Namespace) -> dict[str, Any]:
-    from .sweep import command_sets as sets_of
-
-    return sets_of(args)
-
-
-def parse_id_list(text: str, flag: str) -> list[str]:
-    from .sweep import parse_id_list as parse
-
-    return parse(text, flag)
-
-
 def resolve_run(args: argparse.Namespace):
     """The RunConfig and meta that `ablate train` arguments describe."""
     from .records import read_config
-    from .sweep import apply_sets, build_config, expand, load_sweep, scale_named
+    from .sweep import apply_sets, build_config, command_sets, expand, load_sweep, scale_named
 
     sets = command_sets(args)
     if args.config:
@@ -148,21 +136,11 @@ def parse_workers(text: str) -> int | str:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .launch.local import run_sweep
+    from .sweep import command_sets, parse_id_list, selected_seeds
 
     sets = command_sets(args)
     rows = parse_id_list(args.rows, "--rows") if args.rows else None
-    seeds = None
-    if args.seeds is not None:
-        if args.seeds < 1:
-            raise ValueError(f"--seeds {args.seeds}: expected a positive number of seeds (0..N-1)")
-        seeds = list(range(args.seeds))
-    elif args.seed_list:
-        try:
-            seeds = [int(s) for s in parse_id_list(args.seed_list, "--seed-list")]
-        except ValueError as error:
-            raise ValueError(f"--seed-list {args.seed_list!r}: expected integers like 0,1 ({error})") from None
-        if any(s < 0 for s in seeds):
-            raise ValueError(f"--seed-list {args.seed_list!r}: seeds are non-negative")
+    seeds = selected_seeds(args)
     if args.gpus_per_run is not None and args.gpus_per_run < 1:
         raise ValueError(f"--gpus-per-run {args.gpus_per_run}: expected a positive integer")
     slurm = slurm_options(args)
@@ -236,6 +214,7 @@ def slurm_options(args: argparse.Namespace):
 def cmd_search(args: argparse.Namespace) -> int:
     from .launch.processes import auto_workers
     from .search.command import run_search
+    from .sweep import command_sets
 
     workers = parse_workers(args.workers)
     return run_search(
@@ -374,7 +353,7 @@ def add_search_parser(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .sweep import DATA_HELP
+    from .sweep import DATA_HELP, add_selection_arguments
 
     parser = argparse.ArgumentParser(
         prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'."
@@ -443,10 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--scale", required=True, help="scale preset: tiny, small or paper (scales.yaml beside the sweep)"
     )
-    sweep.add_argument("--rows", help="comma-separated row ids, e.g. A1,B2 (default: all rows)")
-    seeds = sweep.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
-    seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
+    add_selection_arguments(
+        sweep,
+        rows_help="comma-separated row ids, e.g. A1,B2 (default: all rows)",
+        set_help="override for every run, e.g. --set train.max_steps=500",
+    )
     sweep.add_argument(
         "--workers",
         metavar="K|auto",
@@ -455,10 +435,6 @@ def build_parser() -> argparse.ArgumentParser:
         "a small model leaves most of a GPU idle), at most one per core",
     )
     sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
-    sweep.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="override for every run, e.g. --set train.max_steps=500"
-    )
-    sweep.add_argument("--data", help=DATA_HELP)
     sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
     sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
     sweep.add_argument(

@@ -399,6 +399,33 @@ def command_sets(args: Any) -> dict[str, Any]:
     return sets
 
 
+def selected_seeds(args: Any) -> Optional[tuple[int, ...]]:
+    """`--seeds N` (0..N-1) or `--seed-list S,S`, checked; None for the sweep's own seeds."""
+    if getattr(args, "seeds", None) is not None:
+        if args.seeds < 1:
+            raise ValueError(f"--seeds {args.seeds}: expected a positive number of seeds (0..N-1)")
+        return tuple(range(args.seeds))
+    if getattr(args, "seed_list", None):
+        try:
+            seeds = tuple(int(s) for s in parse_id_list(args.seed_list, "--seed-list"))
+        except ValueError as error:
+            raise ValueError(f"--seed-list {args.seed_list!r}: expected integers like 0,1 ({error})") from None
+        if any(s < 0 for s in seeds):
+            raise ValueError(f"--seed-list {args.seed_list!r}: seeds are non-negative")
+        return seeds
+    return None
+
+
+def add_selection_arguments(parser: Any, rows_help: str, set_help: str) -> None:
+    """--rows, --seeds / --seed-list, --set and --data: how `ablate sweep` and `ablate table` select runs."""
+    parser.add_argument("--rows", help=rows_help)
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
+    seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
+    parser.add_argument("--data", help=DATA_HELP)
+
+
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
     """`--set key=value` pairs; values are parsed as YAML scalars (1e-3, true, null, rope)."""
     out = {}

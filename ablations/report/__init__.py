@@ -38,28 +38,9 @@ def write_outputs(table: Table, out: str | Path) -> list[Path]:
     return paths
 
 
-def selected_seeds(args: argparse.Namespace) -> Optional[tuple[int, ...]]:
-    """`--seeds N` (0..N-1) or `--seed-list S,S`, checked as `ablate sweep` checks them; None for the sweep's."""
-    from ..sweep import parse_id_list
-
-    if getattr(args, "seeds", None) is not None:
-        if args.seeds < 1:
-            raise ValueError(f"--seeds {args.seeds}: expected a positive number of seeds (0..N-1)")
-        return tuple(range(args.seeds))
-    if getattr(args, "seed_list", None):
-        try:
-            seeds = tuple(int(s) for s in parse_id_list(args.seed_list, "--seed-list"))
-        except ValueError as error:
-            raise ValueError(f"--seed-list {args.seed_list!r}: expected integers like 0,1 ({error})") from None
-        if any(s < 0 for s in seeds):
-            raise ValueError(f"--seed-list {args.seed_list!r}: seeds are non-negative")
-        return seeds
-    return None
-
-
 def selection_of(args: argparse.Namespace) -> Selection:
     """The runs `ablate sweep` would train with the same `--set`, `--data`, `--rows` and seeds."""
-    from ..sweep import command_sets, parse_id_list
+    from ..sweep import command_sets, parse_id_list, selected_seeds
 
     rows = tuple(parse_id_list(args.rows, "--rows")) if args.rows else None
     return Selection(rows, selected_seeds(args), command_sets(args), published=args.published)
@@ -138,7 +119,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def add_table_parser(sub: Any) -> None:
-    from ..sweep import DATA_HELP
+    from ..sweep import add_selection_arguments
 
     parser = sub.add_parser(
         "table",
@@ -150,14 +131,11 @@ def add_table_parser(sub: Any) -> None:
     )
     parser.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
     parser.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
-    parser.add_argument("--rows", help="comma-separated row ids, e.g. A1,B2 (default: all rows); base is always in")
-    seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=int, metavar="N", help="the first N seeds, 0..N-1 (default: the sweep's seeds)")
-    seeds.add_argument("--seed-list", metavar="S,S", help="explicit seeds, e.g. 0,1")
-    parser.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="the override the runs were trained with, as for sweep"
+    add_selection_arguments(
+        parser,
+        rows_help="comma-separated row ids, e.g. A1,B2 (default: all rows); base is always in",
+        set_help="the override the runs were trained with, as for sweep",
     )
-    parser.add_argument("--data", help=DATA_HELP)
     parser.add_argument("--runs", default="runs", help="root of run folders: sweep's --out (default: runs/)")
     parser.add_argument("--out", default="results", help="where tables and published records go (default: results/)")
     parser.add_argument(
