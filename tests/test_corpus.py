@@ -358,3 +358,62 @@ def test_write_corpus_rejects_bad_sizes(tmp_path):
         write_corpus(tmp_path, train_pairs=0)
     with pytest.raises(ValueError):
         write_corpus(tmp_path, train_pairs=10, dev_pairs=-1)
+
+
+# -- the lexicon-size knob -----------------------------------------------------------------------------------------
+
+
+def test_lexicon_scale_one_is_the_published_corpus():
+    # Digests of generator version 2 before the knob existed: the default corpus (and every record trained on it)
+    # must not move when harder corpora are asked for.
+    import hashlib
+
+    def digest(items):
+        return hashlib.sha256("".join(a + "\t" + b + "\n" for a, b in items).encode()).hexdigest()
+
+    assert digest(generate_pairs(2000, 7)) == "1fe3cb575241defb7b90d63580daebd664b4cbc5071641dc13ad60e54fe10eab"
+    assert digest(C.generate_treebank(500, 7)) == "2b7cead9390fcc29903fd08effa5513fb81d198d3ede66a6b02cc51ff50ba3c7"
+
+
+@pytest.mark.parametrize("scale", [2, 8])
+def test_lexicon_scale_multiplies_the_content_words(scale):
+    small, big = C._lexicon(1), C._lexicon(scale)
+    assert {c: len(ns) for c, ns in big.nouns.items()} == {c: scale * len(ns) for c, ns in small.nouns.items()}
+    assert {f: len(vs) for f, vs in big.verbs.items()} == {f: scale * len(vs) for f, vs in small.verbs.items()}
+    assert len(big.adjs_anim) == scale * len(small.adjs_anim) and len(big.time_advs) == scale * len(small.time_advs)
+    assert sum(map(len, big.compounds.values())) == scale * sum(map(len, small.compounds.values()))
+    # the source words are all distinct (no accidental ambiguity beyond the designed one)
+    singular = [n.s_sg for ns in big.nouns.values() for n in ns if not n.amb]
+    assert len(singular) == len(set(singular))
+    # more words, seen less often: the corpus' source vocabulary grows
+    types = lambda ps: len({w for s, _ in ps for w in words(s.lower())})  # noqa: E731
+    assert types(generate_pairs(3000, 5, scale)) > 1.3 * types(generate_pairs(3000, 5))
+
+
+def test_lexicon_scale_rejects_bad_values(tmp_path):
+    from lightning_modules.config import DataConfig
+
+    for bad in (0, 17, 2.0, True):
+        with pytest.raises(ValueError, match="generated_lexicon_scale"):
+            DataConfig(generated_lexicon_scale=bad)
+        with pytest.raises(ValueError, match="lexicon scale"):
+            generate_pairs(1, 1, bad)
+
+
+def test_write_corpus_records_a_lexicon_scale_only_when_raised(tmp_path):
+    plain = write_corpus(tmp_path / "a", train_pairs=50, seed=2, dev_pairs=5, test_pairs=5)
+    hard = write_corpus(tmp_path / "b", train_pairs=50, seed=2, dev_pairs=5, test_pairs=5, lexicon_scale=4)
+    assert "lexicon_scale" not in json.loads((plain / "corpus.json").read_text())["params"]
+    assert json.loads((hard / "corpus.json").read_text())["params"]["lexicon_scale"] == 4
+    assert (plain / "train.en").read_bytes() != (hard / "train.en").read_bytes()
+
+
+def test_lexicon_scale_keeps_run_ids_and_has_its_own_cache_dir():
+    from lightning_modules.config import DataConfig, RunConfig
+    from lightning_modules.data.datasets import generated_corpus_dir
+
+    base = RunConfig()
+    assert RunConfig(data=DataConfig(generated_lexicon_scale=1)).run_id() == base.run_id()
+    assert RunConfig(data=DataConfig(generated_lexicon_scale=4)).run_id() != base.run_id()
+    assert generated_corpus_dir(DataConfig(generated_lexicon_scale=4)).name.endswith("-lexicon4")
+    assert generated_corpus_dir(DataConfig()).name == "generated-50000-1234"

@@ -22,7 +22,10 @@ WMT14_SPLITS = {"train": "train", "dev": "newstest2013", "test": "newstest2014"}
 
 def generated_corpus_dir(data_cfg: DataConfig) -> Path:
     """Where the built-in corpus of these generator settings lives: always the cache, never a user's directory."""
-    return default_cache_dir(data_cfg) / "corpus" / f"generated-{data_cfg.generated_pairs}-{data_cfg.generated_seed}"
+    name = f"generated-{data_cfg.generated_pairs}-{data_cfg.generated_seed}"
+    if data_cfg.generated_lexicon_scale != 1:
+        name += f"-lexicon{data_cfg.generated_lexicon_scale}"
+    return default_cache_dir(data_cfg) / "corpus" / name
 
 
 def default_split_names(data_cfg: DataConfig) -> tuple[str, Optional[str], Optional[str]]:
@@ -50,7 +53,12 @@ def dataset_directory(data_cfg: DataConfig, download: bool = True) -> Path:
         # Only ever in the cache: a user's corpus directory is read, never generated into.
         path = generated_corpus_dir(data_cfg)
         if download:  # write_corpus leaves files whose manifest records these settings alone
-            return write_corpus(path, train_pairs=data_cfg.generated_pairs, seed=data_cfg.generated_seed)
+            return write_corpus(
+                path,
+                train_pairs=data_cfg.generated_pairs,
+                seed=data_cfg.generated_seed,
+                lexicon_scale=data_cfg.generated_lexicon_scale,
+            )
         expected = [path / f"{data_cfg.train_split}.{lang}" for lang in (data_cfg.src_lang, data_cfg.tgt_lang)]
         missing = [str(p) for p in expected if not p.is_file()]
         if missing:

@@ -40,6 +40,8 @@ else ``wanne``).
 
 Sizes: ~250 nouns (plus 150 compounds), ~110 verbs, 60 adjectives, 20 adverbs; about 850 source and
 2,250 target word types in 50k pairs; 2-40 words a sentence (mean ~10.4, ~80% between 5 and 20).
+A harder corpus: ``lexicon_scale`` k (``data.generated_lexicon_scale``) multiplies every content-word count,
+grammar and sentence lengths unchanged, so each word is seen k times less often; k = 1 is the default corpus.
 Bump :data:`GENERATOR_VERSION` whenever the output for a given seed changes (written corpora regenerate).
 
 Public API: :func:`generate_pairs` and :func:`write_corpus`.
@@ -47,6 +49,7 @@ Public API: :func:`generate_pairs` and :func:`write_corpus`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -57,6 +60,7 @@ import re
 from typing import Iterator, Optional
 
 from ..atomic import write_atomic
+from ..config import MAX_LEXICON_SCALE
 
 __all__ = ["GENERATOR_VERSION", "generate_pairs", "generate_treebank", "write_corpus", "write_treebank"]
 
@@ -352,15 +356,19 @@ class _Adv:
 class _Lexicon:
     """All words of both languages, with the indices the generator samples from."""
 
-    def __init__(self, seed: int = _LEXICON_SEED) -> None:
+    def __init__(self, seed: int = _LEXICON_SEED, scale: int = 1) -> None:
+        """``scale`` multiplies every content-word count (ambiguous words and compounds included); scale 1 is
+        the lexicon of GENERATOR_VERSION 2 word for word, since its draws are the first ones made."""
+        if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= MAX_LEXICON_SCALE:
+            raise ValueError(f"lexicon scale must be an int in [1, {MAX_LEXICON_SCALE}], got {scale!r}")
         rng = random.Random(seed)
         self.s_taken: set[str] = set(_S_FUNCTION)
         self.t_taken: set[str] = set(_T_FUNCTION)
         self._rng = rng
         classes = {"person": 12, "animal": 12, "food": 12, "thing": 20, "place": 10}
-        self.nouns: dict[str, list[_Noun]] = {c: [self._noun(c) for _ in range(k)] for c, k in classes.items()}
+        self.nouns: dict[str, list[_Noun]] = {c: [self._noun(c) for _ in range(k * scale)] for c, k in classes.items()}
         # ambiguous source nouns: one source word, two senses of different coarse classes
-        for c1, c2 in (
+        for c1, c2 in scale * (
             ("animal", "thing"),
             ("animal", "thing"),
             ("food", "thing"),
@@ -379,7 +387,7 @@ class _Lexicon:
         self.compounds: dict[str, list[_Noun]] = {"food": [], "thing": [], "place": []}
         mods = [n for c in ("food", "thing", "place", "animal") for n in self.nouns[c] if not n.amb]
         seen = set()
-        while sum(map(len, self.compounds.values())) < 40:
+        while sum(map(len, self.compounds.values())) < 40 * scale:
             head_cls = rng.choice(("thing", "thing", "place", "food"))
             head = rng.choice([n for n in self.nouns[head_cls] if not n.amb])
             mod = rng.choice(mods)
@@ -389,14 +397,14 @@ class _Lexicon:
             self.compounds[head_cls].append(self._compound(mod, head))
         # verbs
         self.verbs: dict[str, list[_Verb]] = {"intr": [], "tr": [], "ditr": [], "clause": []}
-        for _ in range(8):
+        for _ in range(8 * scale):
             self.verbs["intr"].append(self._verb("intr"))
-        for _ in range(4):
+        for _ in range(4 * scale):
             self.verbs["intr"].append(self._verb("intr", motion=True))
         for obj, k in (("anim", 6), ("food", 4), ("thing", 6), ("place", 3)):
-            for _ in range(k):
+            for _ in range(k * scale):
                 self.verbs["tr"].append(self._verb("tr", obj=obj))
-        for o1, o2 in (
+        for o1, o2 in scale * (
             ("food", "thing"),
             ("food", "thing"),
             ("anim", "thing"),
@@ -410,15 +418,15 @@ class _Lexicon:
             b = self._verb("tr", obj=o2, s_stem=a.s)
             a.amb = b.amb = True
             self.verbs["tr"] += [a, b]
-        for _ in range(3):
+        for _ in range(3 * scale):
             self.verbs["ditr"].append(self._verb("ditr", obj="ft"))
-        for _ in range(3):
+        for _ in range(3 * scale):
             self.verbs["clause"].append(self._verb("clause"))
         # adjectives: for any noun, animate only, inanimate only, ambiguous (two translations)
         self.adjs_anim: list[_Adj] = []
         self.adjs_inan: list[_Adj] = []
         for kind, k in (("any", 10), ("anim", 5), ("inan", 5), ("amb", 4)):
-            for _ in range(k):
+            for _ in range(k * scale):
                 a = _Adj()
                 a.s = self._s_word(rng.choice((1, 2, 2)))
                 a.t_anim = self._t_word(rng.choice((1, 2)), final_coda=True)
@@ -428,8 +436,10 @@ class _Lexicon:
                     self.adjs_anim.append(a)
                 if a.inan:
                     self.adjs_inan.append(a)
-        self.time_advs = [_Adv(self._s_word(2), self._t_word(2)) for _ in range(5)]
-        self.manner_advs = [_Adv(self._s_word(rng.choice((1, 2))) + "li", self._t_word(1) + "lik") for _ in range(5)]
+        self.time_advs = [_Adv(self._s_word(2), self._t_word(2)) for _ in range(5 * scale)]
+        self.manner_advs = [
+            _Adv(self._s_word(rng.choice((1, 2))) + "li", self._t_word(1) + "lik") for _ in range(5 * scale)
+        ]
         # pools the generator samples nouns from: (base nouns, compounds); multi-class pools hold no
         # ambiguous nouns, so the slot always determines which sense an ambiguous source noun has
         n = self.nouns
@@ -534,7 +544,21 @@ class _Lexicon:
         return v
 
 
-_LEX = _Lexicon()
+@functools.lru_cache(maxsize=None)
+def _lexicon(scale: int = 1) -> _Lexicon:
+    return _Lexicon(scale=scale)
+
+
+_LEX = _lexicon(1)
+
+
+class _Draws(random.Random):
+    """The random stream a corpus is drawn from, carrying the lexicon whose words it draws."""
+
+    def __init__(self, seed: int, lexicon_scale: int = 1) -> None:
+        self.lex = _lexicon(lexicon_scale)
+        super().__init__(seed)
+
 
 # --------------------------------------------------------------------------------------------------------------
 # Sentence structures
@@ -582,7 +606,7 @@ class _Clause:
 def _gen_np(rng: random.Random, key: str, pron_p: float = 0.0) -> _NP:
     if pron_p and rng.random() < pron_p:
         return _NP(pron=rng.choice(PRONOUNS))
-    base, comps = _LEX.pools[key]
+    base, comps = rng.lex.pools[key]
     noun = rng.choice(comps) if comps and rng.random() < 0.12 else rng.choice(base)
     r = rng.random()
     pl = r < 0.3
@@ -594,7 +618,7 @@ def _gen_np(rng: random.Random, key: str, pron_p: float = 0.0) -> _NP:
     if r < 0.62:
         adjs = ()
     else:
-        pool = _LEX.adjs_anim if noun.anim else _LEX.adjs_inan
+        pool = rng.lex.adjs_anim if noun.anim else rng.lex.adjs_inan
         adjs = (rng.choice(pool),) if r < 0.9 else tuple(rng.sample(pool, 2))
     return _NP(noun, None, pl, det, adjs)
 
@@ -614,9 +638,9 @@ def _gen_rel(rng: random.Random, head: _Noun) -> _Clause:
     key = "anim" if head.anim else head.cls
     if head.amb:
         key += "!"
-    objverbs = _LEX.verbs_by_obj.get(key)
+    objverbs = rng.lex.verbs_by_obj.get(key)
     if head.anim and (not objverbs or rng.random() < 0.6):
-        verb = rng.choice(_LEX.subj_verbs)
+        verb = rng.choice(rng.lex.subj_verbs)
         obj = None
         if verb.frame == "tr":
             obj = _gen_np(rng, verb.obj + "!" if verb.amb else verb.obj, 0.06 if verb.obj == "anim" else 0.0)
@@ -644,7 +668,7 @@ def _gen_clause(
         frame = "ditr"
     else:
         frame = "clause"
-    verb = rng.choice(_LEX.verbs[frame])
+    verb = rng.choice(rng.lex.verbs[frame])
     subj = _gen_np(rng, "person" if frame in ("ditr", "clause") else "anim", 0.15)
     cl = _Clause(subj, verb, tense=_tense(rng))
     if simple:
@@ -661,11 +685,11 @@ def _gen_clause(
         if rng.random() < {"intr": 0.6 if verb.motion else 0.35, "tr": 0.2, "ditr": 0.1}[frame]:
             cl.pp = _gen_pp(rng, verb)
         if rng.random() < 0.08:
-            cl.madv = rng.choice(_LEX.manner_advs)
+            cl.madv = rng.choice(rng.lex.manner_advs)
     if rng.random() < 0.15:
         front = front_ok and (frame == "clause" or rng.random() < 0.5)
         if front or frame != "clause":
-            cl.tadv, cl.front = rng.choice(_LEX.time_advs), front
+            cl.tadv, cl.front = rng.choice(rng.lex.time_advs), front
     if frame == "clause":
         cl.comp = _gen_clause(rng, tail_free, clausal=False, front_ok=False)
     # relative clauses: on the subject, or on the clause's last noun phrase when nothing follows it
@@ -1037,11 +1061,11 @@ def _capitalise_first_word(tree: str) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def generate_pairs(n: int, seed: int) -> list[tuple[str, str]]:
-    """n (source, target) sentence pairs, deterministic from seed."""
+def generate_pairs(n: int, seed: int, lexicon_scale: int = 1) -> list[tuple[str, str]]:
+    """n (source, target) sentence pairs, deterministic from seed, with ``lexicon_scale`` times the content words."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    it = _iter_pairs(random.Random(seed))
+    it = _iter_pairs(_Draws(seed, lexicon_scale))
     return [next(it) for _ in range(n)]
 
 
@@ -1051,9 +1075,9 @@ def _derive_seed(seed: int, split: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def _heldout(n: int, seed: int, split: str, seen: set) -> tuple[list, int]:
+def _heldout(n: int, seed: int, split: str, seen: set, lexicon_scale: int) -> tuple[list, int]:
     """n pairs from the split's own stream whose source sentence is not in ``seen`` (then added to it)."""
-    it = _iter_pairs(random.Random(_derive_seed(seed, split)))
+    it = _iter_pairs(_Draws(_derive_seed(seed, split), lexicon_scale))
     pairs, rejected = [], 0
     while len(pairs) < n:
         src, tgt = next(it)
@@ -1071,6 +1095,7 @@ def write_corpus(
     seed: int = 1234,
     dev_pairs: int = 1000,
     test_pairs: int = 1000,
+    lexicon_scale: int = 1,
 ) -> pathlib.Path:
     """Write train.en/train.de/valid.en/valid.de/test.en/test.de (one sentence per line, UTF-8, '\\n').
 
@@ -1101,6 +1126,8 @@ def write_corpus(
         "src_lang": SRC_LANG,
         "tgt_lang": TGT_LANG,
     }
+    if lexicon_scale != 1:  # absent at 1, so corpora written before the knob existed stay valid
+        params["lexicon_scale"] = lexicon_scale
     files = [path / f"{split}.{lang}" for split in SPLITS for lang in (SRC_LANG, TGT_LANG)]
     manifest = path / MANIFEST
     if manifest.exists():
@@ -1112,10 +1139,10 @@ def write_corpus(
             return path
         manifest.unlink()  # invalidate before touching any file
 
-    train = generate_pairs(train_pairs, _derive_seed(seed, "train"))
+    train = generate_pairs(train_pairs, _derive_seed(seed, "train"), lexicon_scale)
     seen = {s for s, _ in train}
-    valid, valid_rejected = _heldout(dev_pairs, seed, "valid", seen)
-    test, test_rejected = _heldout(test_pairs, seed, "test", seen)
+    valid, valid_rejected = _heldout(dev_pairs, seed, "valid", seen, lexicon_scale)
+    test, test_rejected = _heldout(test_pairs, seed, "test", seen, lexicon_scale)
     splits = {"train": train, "valid": valid, "test": test}
     for split, pairs in splits.items():
         for side, lang in enumerate((SRC_LANG, TGT_LANG)):
@@ -1153,7 +1180,7 @@ def generate_treebank(n: int, seed: int) -> list[tuple[str, str]]:
     ``generate_pairs(n, seed)`` has as sources, tokenised as the tree's words (punctuation split off)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    trees = [_tree_of(*plan) for plan, _ in itertools.islice(_iter_plans(random.Random(seed)), n)]
+    trees = [_tree_of(*plan) for plan, _ in itertools.islice(_iter_plans(_Draws(seed)), n)]
     return [(" ".join(_TREE_WORD.findall(tree)), tree) for tree in trees]
 
 
