@@ -146,6 +146,23 @@ class Scale:
     steps_scale: float
     settings: Mapping[str, Any]
     max_steps: Optional[int] = None  # a cap on every row's scaled train steps (None: no cap)
+    seeds: Optional[int] = None  # every row's seeds at this scale, 0..seeds-1 (None: the sweep's own list)
+    row_seeds: Mapping[str, int] = field(default_factory=dict)  # rows with more (or fewer) seeds: {"base": 5}
+
+    def seeds_of(self, sweep: "Sweep", row_id: Optional[str] = None) -> tuple[int, ...]:
+        """A row's seeds at this scale: its own count, else the scale's, else the sweep's list."""
+        count = self.row_seeds.get(row_id, self.seeds) if row_id is not None else self.seeds
+        return sweep.seeds if count is None else tuple(range(count))
+
+    def describe_seeds(self, sweep: "Sweep") -> str:
+        """The seeds a table at this scale expects, as its header states them."""
+        if self.seeds is None and not self.row_seeds:
+            return f"seeds {', '.join(map(str, sweep.seeds))}"
+        text = f"seeds {_seed_range(self.seeds_of(sweep))} per row at this scale"
+        others = [
+            f"{row.id} {_seed_range(self.seeds_of(sweep, row.id))}" for row in sweep.rows if row.id in self.row_seeds
+        ]
+        return text + (f" ({', '.join(others)})" if others else "")
 
     def steps(self, paper_steps: int) -> int:
         steps = max(1, round(paper_steps * self.steps_scale))
@@ -182,6 +199,18 @@ def read_yaml(path: Path) -> Any:
 def _expect(condition: bool, where: str, expected: str, value: Any) -> None:
     if not condition:
         raise ValueError(f"{where} = {value!r}: expected {expected}")
+
+
+def _seed_range(seeds: Sequence[int]) -> str:
+    return (
+        f"{seeds[0]}–{seeds[-1]}"
+        if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[-1] + 1))
+        else ", ".join(map(str, seeds))
+    )
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -252,11 +281,10 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
     for name, raw in data.items():
         where = f"{path}: {name}"
         _expect(isinstance(raw, dict), where, "a mapping", raw)
-        extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "max_steps", "settings"})
+        keys = ("description", "max_steps", "row_seeds", "seeds", "settings", "steps_scale", "width_divisor")
+        extra = sorted(set(raw) - set(keys))
         if extra:
-            raise ValueError(
-                f"{where}: unknown key {extra[0]!r}; valid keys: description, max_steps, settings, steps_scale, width_divisor"
-            )
+            raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: {', '.join(keys)}")
         divisor = raw.get("width_divisor", 1)
         _expect(
             isinstance(divisor, int) and not isinstance(divisor, bool) and divisor >= 1,
@@ -281,8 +309,20 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
         settings = _mapping(raw.get("settings"), f"{where}.settings")
         for key in settings:
             canonical_key(str(key), f"{where}.settings")
+        seeds = raw.get("seeds")
+        _expect(seeds is None or _count(seeds), f"{where}.seeds", "a positive number of seeds (0..N-1)", seeds)
+        row_seeds = _mapping(raw.get("row_seeds"), f"{where}.row_seeds")
+        for row_id, count in row_seeds.items():
+            _expect(_count(count), f"{where}.row_seeds.{row_id}", "a positive number of seeds (0..N-1)", count)
         scales[name] = Scale(
-            name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings), max_steps
+            name,
+            str(raw.get("description", "")),
+            divisor,
+            float(steps_scale),
+            dict(settings),
+            max_steps,
+            seeds,
+            {str(k): v for k, v in row_seeds.items()},
         )
     return scales
 
@@ -372,10 +412,11 @@ def expand(
     rows: Optional[Iterable[str]] = None,
     sets: Mapping[str, Any] = {},
 ) -> list[RunSpec]:
-    """Rows x seeds -> runs, in row order then seed order. Pure: no files are touched."""
+    """Rows x seeds -> runs, in row order then seed order. Pure: no files are touched. `seeds` (the command's
+    --seeds) applies to every row; without it each row has its seeds at this scale (Scale.seeds_of)."""
     specs = []
     for row in sweep.select(rows):
-        for seed in seeds if seeds is not None else sweep.seeds:
+        for seed in seeds if seeds is not None else scale.seeds_of(sweep, row.id):
             config = resolve(sweep, row, scale, seed, sets)
             specs.append(RunSpec(config.run_id(), sweep.name, row.id, row.group, scale.name, seed, config))
     return specs

@@ -199,6 +199,27 @@ def test_a_scale_can_cap_every_rows_steps(corpus, tmp_path):
             scales_for(path)
 
 
+def test_a_scale_can_give_rows_their_seeds(corpus, tmp_path):
+    path = write_sweep(tmp_path, corpus, {"base": {}, "wide": {"d_model": 1024}}, seeds=(0, 1))
+    scales = yaml.safe_load((tmp_path / "scales.yaml").read_text())
+
+    def seeds(**kw):
+        return [(s.row, s.seed) for s in expand(load_sweep(path), scales_for(path)["test"], **kw)]
+
+    assert seeds() == [("base", 0), ("base", 1), ("wide", 0), ("wide", 1)]  # the sweep's own list
+    scales["test"].update(seeds=3, row_seeds={"base": 5, "absent": 2})  # a preset serves sweeps without that row
+    (tmp_path / "scales.yaml").write_text(yaml.safe_dump(scales))
+    assert seeds() == [("base", s) for s in range(5)] + [("wide", s) for s in range(3)]
+    assert seeds(seeds=[7]) == [("base", 7), ("wide", 7)]  # the command's --seeds wins for every row
+    assert scales_for(path)["test"].describe_seeds(load_sweep(path)) == "seeds 0–2 per row at this scale (base 0–4)"
+    for key, bad in (("seeds", 0), ("seeds", "3"), ("row_seeds", {"base": 0}), ("row_seeds", [5])):
+        broken = yaml.safe_load(yaml.safe_dump(scales))
+        broken["test"][key] = bad
+        (tmp_path / "scales.yaml").write_text(yaml.safe_dump(broken))
+        with pytest.raises(ValueError, match=rf"test\.{key}"):
+            scales_for(path)
+
+
 def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):
     """Found by CI's fuzzing: an override key '' was reported as `row nopos`, without rows[1]."""
     path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"": 1}})

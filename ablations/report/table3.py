@@ -294,7 +294,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         (
             "Sweep",
             f"{sweep.name} ({sweep.path.name}): {sweep.description or 'no description'}; "
-            f"{len(sweep.rows)} rows, seeds {', '.join(map(str, sweep.seeds))}",
+            f"{len(sweep.rows)} rows, {scale.describe_seeds(sweep)}",
         ),
         (
             "Scale",
