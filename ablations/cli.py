@@ -535,8 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--dims",
-        choices=("small", "base"),
-        help="small (default): d_model 128, 2,048-token batches, sized for a CPU core; base: the paper's base "
+        choices=("tiny", "small", "base"),
+        help="tiny: the tiny preset's step (d_model 64, 1,024-token batches); small (default): d_model 128, "
+        "2,048-token batches, sized for a CPU core; base: the paper's base "
         "model (d_model 512, d_ff 2048) at its 25,000-token batches, for a GPU's tokens/s and MFU",
     )
     bench.add_argument("--json", action="store_true", help="print the whole result as one JSON object")

@@ -297,3 +297,13 @@ def test_command_line(project, capsys):
     assert "5 done" in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown; scales: tiny"):
         build_table(project / "sweeps" / "mini.yaml", "huge", runs=project / "runs", out=project / "out")
+
+
+def test_plateau_change_reads_the_last_fifth_of_the_budget():
+    from ablations.report.table3 import plateau_change
+
+    curve = [(250, 40.0), (500, 10.0), (750, 5.0), (800, 4.0), (900, 3.9), (1000, 3.96)]
+    assert plateau_change(curve, 1000) == pytest.approx(-0.01)  # from step 800 (4.0) to the end (3.96)
+    assert plateau_change(curve[3:], 1000) == pytest.approx(-0.01)
+    assert plateau_change([(900, 3.0), (1000, 2.9)], 1000) is None  # no evaluation before the last fifth
+    assert plateau_change(curve[:3], 750) == pytest.approx(-0.5)  # still learning: 10.0 -> 5.0

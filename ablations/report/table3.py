@@ -26,6 +26,7 @@ from .collect import (
     RunRecord,
     collect,
     publish_finished,
+    read_curves,
 )
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, signed, tex_row, tex_table
 from .stats import (
@@ -355,7 +356,7 @@ def narrow_heads(results: Sequence[RowResult]) -> Optional[str]:
 
 def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResult]) -> tuple[str, ...]:
     verdict_lines = verdict_summary(base, results)
-    base = base.row
+    base_result, base = base, base.row
     lines = [
         f"Hyperparameters are in the paper's units; a blank cell is {base.id}'s value. At scale {scale.name}, "
         f"widths are divided by {scale.width_divisor} and train steps multiplied by {scale.steps_scale:g}"
@@ -373,8 +374,45 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         f"(±{100 * MARGIN_PPL_RELATIVE:g} % of {base.id}'s), differs when either interval excludes 0; else unresolved.",
     ]
     lines += verdict_lines
+    plateau = plateau_line(base_result)
     heads = narrow_heads(results)
-    return tuple(lines + ([heads] if heads else []))
+    return tuple(lines + [line for line in (plateau, heads) if line])
+
+
+PLATEAU_FRACTION = 0.2  # the last fifth of the budget
+PLATEAU_TOLERANCE = 0.02  # a plateau: dev PPL moves by less than 2 % over it
+
+
+def plateau_change(curve: Sequence[tuple[int, float]], last_step: int) -> Optional[float]:
+    """Relative change of dev PPL over the last fifth of a run's steps: from the last evaluation at or before
+    step 0.8 × last_step to the last evaluation; None when the curve has no point that early."""
+    start = last_step * (1 - PLATEAU_FRACTION)
+    before = [value for step, value in curve if step <= start]
+    if not before or not curve:
+        return None
+    return (curve[-1][1] - before[-1]) / before[-1]
+
+
+def plateau_line(base: RowResult) -> Optional[str]:
+    """Whether base trained to a plateau, seed by seed, from its dev-PPL curves (the table's rows compare where
+    training ends, not how fast it learns, only when it did)."""
+    changes = []
+    for run in base.done:
+        curve = read_curves(run.folder)["dev/ppl"]
+        steps = run.metrics.get("steps")
+        if curve and isinstance(steps, int):
+            change = plateau_change(curve, steps)
+            if change is not None:
+                changes.append((run.spec.seed, change))
+    if not changes:
+        return None
+    flat = sum(abs(change) < PLATEAU_TOLERANCE for _, change in changes)
+    cells = ", ".join(f"s{seed} {100 * change:+.1f} %" for seed, change in changes)
+    return (
+        f"Plateau: {base.row.id}'s dev PPL over the last fifth of its steps changed by {cells}; "
+        f"{flat} of {len(changes)} seeds within ±{100 * PLATEAU_TOLERANCE:g} % (the table compares where training "
+        + ("ends)." if flat == len(changes) else "ends only where it plateaued; otherwise also how fast rows learn).")
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------

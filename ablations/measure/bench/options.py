@@ -22,6 +22,7 @@ CLOCKS = ("wall", "cpu")
 # use): the paper's base model at its 25,000-token batches, for a GPU's tokens/s and MFU. The vocabulary stays the
 # built-in corpus's BPE.
 DIMENSIONS: dict[str, dict[str, int]] = {
+    "tiny": dict(d_model=64, d_ff=256, batch_tokens=1024),  # the tiny preset's step, which every CPU table pays for
     "small": {},
     "base": dict(d_model=512, d_ff=2048, heads=8, layers=6, batch_tokens=25_000),
 }
@@ -105,7 +106,7 @@ class BenchOptions:
 
     @classmethod
     def at(cls, dims: str, quick: bool = False, **overrides: Any) -> "BenchOptions":
-        """The options for DIMENSIONS[dims] ("small" or "base"), full or quick."""
+        """The options for DIMENSIONS[dims] ("tiny", "small" or "base"), full or quick."""
         if dims not in DIMENSIONS:
             raise ValueError(f"bench dims = {dims!r}: expected one of {', '.join(DIMENSIONS)}")
         settings = {**DIMENSIONS[dims], **overrides}
