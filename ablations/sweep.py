@@ -146,6 +146,9 @@ class Scale:
     steps_scale: float
     settings: Mapping[str, Any]
     max_steps: Optional[int] = None  # a cap on every row's scaled train steps (None: no cap)
+    # Settings of named rows at this scale, in run units, applied after the row's overrides and the scale mapping:
+    # a protocol the paper gives one row at its own scale (big: 20 checkpoints averaged, 600 steps apart).
+    rows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def steps(self, paper_steps: int) -> int:
         steps = max(1, round(paper_steps * self.steps_scale))
@@ -252,10 +255,11 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
     for name, raw in data.items():
         where = f"{path}: {name}"
         _expect(isinstance(raw, dict), where, "a mapping", raw)
-        extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "max_steps", "settings"})
+        extra = sorted(set(raw) - {"description", "width_divisor", "steps_scale", "max_steps", "settings", "rows"})
         if extra:
             raise ValueError(
-                f"{where}: unknown key {extra[0]!r}; valid keys: description, max_steps, settings, steps_scale, width_divisor"
+                f"{where}: unknown key {extra[0]!r}; valid keys: description, max_steps, rows, settings, steps_scale, "
+                "width_divisor"
             )
         divisor = raw.get("width_divisor", 1)
         _expect(
@@ -281,8 +285,18 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
         settings = _mapping(raw.get("settings"), f"{where}.settings")
         for key in settings:
             canonical_key(str(key), f"{where}.settings")
+        rows = _mapping(raw.get("rows"), f"{where}.rows")
+        for row, row_settings in rows.items():
+            for key in _mapping(row_settings, f"{where}.rows.{row}"):
+                canonical_key(str(key), f"{where}.rows.{row}")
         scales[name] = Scale(
-            name, str(raw.get("description", "")), divisor, float(steps_scale), dict(settings), max_steps
+            name,
+            str(raw.get("description", "")),
+            divisor,
+            float(steps_scale),
+            dict(settings),
+            max_steps,
+            {str(row): dict(row_settings) for row, row_settings in rows.items()},
         )
     return scales
 
@@ -361,6 +375,7 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
     run_steps = row_run_steps if row_run_steps is not None else base_run_steps
     if run_steps is not None and not (row_run_steps is None and "train_steps" in row.overrides):
         values["train"]["max_steps"] = run_steps
+    values = apply_overrides(values, scale.rows.get(row.id, {}), f"scale {scale.name}, row {row.id}")
     values["seed"] = seed
     return build_config(apply_sets(values, sets), where)
 
