@@ -104,6 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             devices=args.devices,
             accelerator=args.accelerator,
             callbacks=callbacks,
+            nodes=args.nodes,
         )
         return 0
     keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
@@ -123,6 +124,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             devices=args.devices,
             accelerator=args.accelerator,
             callbacks=callbacks,
+            nodes=args.nodes,
         )
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
@@ -159,6 +161,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         wait=args.wait,
         reuse=not args.no_reuse,
         published=args.published,
+        nodes=args.nodes,
+        as_json=args.json,
     )
 
 
@@ -205,6 +209,7 @@ def slurm_options(args: argparse.Namespace):
         partition=args.slurm_partition,
         time_min=args.slurm_time or SlurmOptions.time_min,
         gpus_per_run=gpus,
+        nodes=args.nodes,
         cpus_per_task=args.slurm_cpus_per_task,
         array_parallelism=args.slurm_array_parallelism,
         cluster=args.slurm_cluster,
@@ -400,7 +405,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="G",
-        help="DDP ranks (GPUs, or CPU processes with --accelerator cpu); global batch = G x data.batch_tokens",
+        help="DDP ranks per node (GPUs, or CPU processes with --accelerator cpu); a step is still data.batch_tokens "
+        "per side over all of them (each device takes its share; see data.device_batch_tokens)",
+    )
+    train.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="nodes of --devices each (under SLURM: the job's nodes; default 1)",
     )
     train.add_argument(
         "--accelerator",
@@ -454,7 +467,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus-per-run",
         type=int,
         metavar="G",
-        help="GPUs per run (default 1), trained with DDP when G > 1 (without CUDA: G CPU processes); global batch = G x data.batch_tokens",
+        help="GPUs per run and node (default 1), trained with DDP when G > 1 (without CUDA: G CPU processes); a "
+        "step is still data.batch_tokens per side over all of a run's devices",
+    )
+    sweep.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="nodes per run, each with --gpus-per-run GPUs (--launcher slurm; the dry run plans it anywhere)",
+    )
+    sweep.add_argument(
+        "--json", action="store_true", help="with --dry-run: print the plan as one JSON object (runs, total, basis)"
     )
     sweep.add_argument(
         "--launcher",
@@ -568,6 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .measure.complexity import add_complexity_parser
 
     add_complexity_parser(sub)
+    from .measure.gpu_check import add_gpu_check_parser
+
+    add_gpu_check_parser(sub)
     return parser
 
 

@@ -148,6 +148,9 @@ class Scale:
     max_steps: Optional[int] = None  # a cap on every row's scaled train steps (None: no cap)
     seeds: Optional[int] = None  # every row's seeds at this scale, 0..seeds-1 (None: the sweep's own list)
     row_seeds: Mapping[str, int] = field(default_factory=dict)  # rows with more (or fewer) seeds: {"base": 5}
+    # Settings of named rows at this scale, in run units, applied after the row's overrides and the scale mapping:
+    # a protocol the paper gives one row at its own scale (big: 20 checkpoints averaged, 600 steps apart).
+    rows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def seeds_of(self, sweep: "Sweep", row_id: Optional[str] = None) -> tuple[int, ...]:
         """A row's seeds at this scale: its own count, else the scale's, else the sweep's list."""
@@ -281,7 +284,7 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
     for name, raw in data.items():
         where = f"{path}: {name}"
         _expect(isinstance(raw, dict), where, "a mapping", raw)
-        keys = ("description", "max_steps", "row_seeds", "seeds", "settings", "steps_scale", "width_divisor")
+        keys = ("description", "max_steps", "row_seeds", "rows", "seeds", "settings", "steps_scale", "width_divisor")
         extra = sorted(set(raw) - set(keys))
         if extra:
             raise ValueError(f"{where}: unknown key {extra[0]!r}; valid keys: {', '.join(keys)}")
@@ -314,6 +317,10 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
         row_seeds = _mapping(raw.get("row_seeds"), f"{where}.row_seeds")
         for row_id, count in row_seeds.items():
             _expect(_count(count), f"{where}.row_seeds.{row_id}", "a positive number of seeds (0..N-1)", count)
+        rows = _mapping(raw.get("rows"), f"{where}.rows")
+        for row, row_settings in rows.items():
+            for key in _mapping(row_settings, f"{where}.rows.{row}"):
+                canonical_key(str(key), f"{where}.rows.{row}")
         scales[name] = Scale(
             name,
             str(raw.get("description", "")),
@@ -323,6 +330,7 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
             max_steps,
             seeds,
             {str(k): v for k, v in row_seeds.items()},
+            {str(row): dict(row_settings) for row, row_settings in rows.items()},
         )
     return scales
 
@@ -401,6 +409,7 @@ def resolve(sweep: Sweep, row: Row, scale: Scale, seed: int, sets: Mapping[str, 
     run_steps = row_run_steps if row_run_steps is not None else base_run_steps
     if run_steps is not None and not (row_run_steps is None and "train_steps" in row.overrides):
         values["train"]["max_steps"] = run_steps
+    values = apply_overrides(values, scale.rows.get(row.id, {}), f"scale {scale.name}, row {row.id}")
     values["seed"] = seed
     return build_config(apply_sets(values, sets), where)
 

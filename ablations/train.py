@@ -20,7 +20,7 @@ from lightning.pytorch.loggers import CSVLogger
 from tqdm.auto import tqdm
 
 from lightning_modules.checkpoints import average_checkpoints, resume_checkpoint, step_checkpoints
-from lightning_modules.config import RunConfig
+from lightning_modules.config import BatchPlan, RunConfig, batch_plan
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TranslationDataModule
 from lightning_modules.module import TranslationModule
 
@@ -88,26 +88,34 @@ def is_rank_zero() -> bool:
 
 
 class GlobalTokenCount(pl.Callback):
-    """Under DDP each rank counts the target tokens of its own batches: make `train_tokens` the count over all ranks.
+    """Under DDP each rank counts the tokens of its own batches: make `train_tokens` (target) and `train_src_tokens`
+    (source) the counts over all ranks.
 
     At every checkpoint (saving is collective: every rank dumps, rank 0 writes) and at the end of training, the
     ranks sum what they counted since the last sync, so the checkpoint, a resumed run and the record all hold the
-    global count.
+    global counts.
     """
 
+    COUNTS = ("train_tokens", "train_src_tokens")
+
     def __init__(self) -> None:
-        self.base = 0
+        self.base = dict.fromkeys(self.COUNTS, 0)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.base = pl_module.train_tokens  # restored from the checkpoint on resume: already global
+        # restored from the checkpoint on resume: already global
+        self.base = {name: getattr(pl_module, name) for name in self.COUNTS}
 
     def _sync(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.world_size > 1:
             local = torch.tensor(
-                float(pl_module.train_tokens - self.base), dtype=torch.float64, device=pl_module.device
+                [float(getattr(pl_module, name) - self.base[name]) for name in self.COUNTS],
+                dtype=torch.float64,
+                device=pl_module.device,
             )
             total = trainer.strategy.reduce(local, reduce_op="sum")
-            pl_module.train_tokens = self.base = self.base + int(round(float(total)))
+            for name, value in zip(self.COUNTS, total.tolist()):
+                self.base[name] += int(round(value))
+                setattr(pl_module, name, self.base[name])
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -168,9 +176,12 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
 
 
 def record_start(
-    run_dir: Path, config: RunConfig, meta: dict[str, Any], devices: int, started: float, lead: bool
+    run_dir: Path, config: RunConfig, meta: dict[str, Any], plan: BatchPlan, nodes: int, started: float, lead: bool
 ) -> tuple[dict[str, Any], int]:
     """The lead rank writes config.yaml and records the attempt `running`, clearing an earlier failure's fields.
+
+    Both say how this attempt cuts a step (`plan`: devices over all nodes, tokens per device and micro-batch,
+    accumulation): config.yaml under meta.batch, metrics.json at its top level.
 
     Returns the record as it was before, and the attempt's number (1 for a first run): ranks >= 1 start after rank
     0 recorded it, so they read the same number without adding one.
@@ -178,7 +189,7 @@ def record_start(
     previous = read_metrics(run_dir) or {}
     attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)
     if lead:
-        write_config(run_dir, config, meta)
+        write_config(run_dir, config, {**meta, "batch": {**plan.to_dict(), "nodes": nodes}})
         cleared = {
             key: None for key in ("reason", "log_tail", "failed_at", "diverged_step") if previous.get(key) is not None
         }  # an earlier failure's
@@ -189,7 +200,8 @@ def record_start(
             seed=config.seed,
             run_id=config.run_id(),
             started_at=started,
-            devices=devices,
+            nodes=nodes,
+            **plan.to_dict(),
             **cleared,
         )
     return previous, attempt
@@ -226,11 +238,16 @@ def fit_trainer(
     loggers: list,
     callbacks: Sequence[pl.Callback],
     progress: bool,
-    devices: int,
+    plan: BatchPlan,
     accelerator: str,
+    nodes: int = 1,
 ) -> pl.Trainer:
-    """The trainer that fits: step-based, periodic checkpoints written atomically, `callbacks` after its own."""
+    """The trainer that fits: step-based, periodic checkpoints written atomically, `callbacks` after its own.
+
+    `plan.devices` ranks in all, `plan.devices // nodes` on each of `nodes` nodes, each accumulating
+    `plan.accumulation` micro-batches a step."""
     train_cfg = config.train
+    devices = plan.devices // nodes
     periodic = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="step-{step:07d}",
@@ -248,15 +265,16 @@ def fit_trainer(
     return pl.Trainer(
         accelerator=accelerator,
         devices=devices,
-        strategy="ddp" if devices > 1 else "auto",
+        num_nodes=nodes,
+        strategy="ddp" if plan.devices > 1 else "auto",
         plugins=[*cluster_plugins(), AtomicCheckpointIO()],
         max_steps=train_cfg.max_steps,
         max_epochs=-1,
         max_time={"minutes": train_cfg.max_minutes} if train_cfg.max_minutes else None,
-        val_check_interval=train_cfg.val_every_steps * train_cfg.accumulate_grad_batches,
+        val_check_interval=train_cfg.val_every_steps * plan.accumulation,
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
-        accumulate_grad_batches=train_cfg.accumulate_grad_batches,
+        accumulate_grad_batches=plan.accumulation,
         gradient_clip_val=train_cfg.gradient_clip or None,
         precision=train_cfg.precision,
         deterministic=True,
@@ -287,7 +305,8 @@ def record_divergence(run_dir: Path, module: TranslationModule, started: float) 
 
 
 def average_last(module: TranslationModule, config: RunConfig, checkpoints: Path) -> int:
-    """Load the mean of the last `eval.average_last` periodic checkpoints into `module`; how many were averaged."""
+    """Load the mean of the last `eval.average_last` periodic checkpoints into `module`; how many were averaged
+    (0, loading nothing, when fewer than two exist)."""
     averaged = 0
     if config.eval.average_last > 1:
         paths = step_checkpoints(checkpoints)[-config.eval.average_last :]
@@ -295,6 +314,9 @@ def average_last(module: TranslationModule, config: RunConfig, checkpoints: Path
             module.load_state_dict(average_checkpoints(paths))
             averaged = len(paths)
     return averaged
+
+
+AVERAGED_KEYS = ("loss", "ppl", "bleu", "bleu_tok", "chrf")
 
 
 def final_evaluation(
@@ -306,11 +328,15 @@ def final_evaluation(
     attempt: int,
     accelerator: str,
     steps: int = 0,
+    averaged: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Dev and test results of the trained (or averaged) model, its hypotheses written beside the record.
+    """Dev and test results of the trained model (`averaged`: of the checkpoint average loaded into it), its
+    hypotheses written beside the record (dev.hyp, or dev.averaged.hyp).
 
     Logged at `steps` (the run's trained steps: the CSV `-final` log's `step` and wandb's `trainer/global_step`),
-    so the final scores sit at the end of the run's step axis, not at 0."""
+    so the final scores sit at the end of the run's step axis, not at 0. The average's scores go to a CSV log of
+    their own (`-final-averaged`) and not to wandb, where they would overwrite the last checkpoint's."""
+    suffix = ".averaged" if averaged else ""
     module.bleu_limit = None
     # A trainer of its own for the final evaluation: evaluating through the fit trainer would rewrite its CSV log.
     evaluator = pl.Trainer(
@@ -320,7 +346,10 @@ def final_evaluation(
         precision=config.train.precision,
         deterministic=True,
         use_distributed_sampler=False,
-        logger=[CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final"), *loggers[1:]],
+        logger=[
+            CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}-final{suffix.replace('.', '-')}"),
+            *([] if averaged else loggers[1:]),
+        ],
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
@@ -331,8 +360,8 @@ def final_evaluation(
     evaluator.validate(module, datamodule=data, verbose=False)
     evaluator.test(module, datamodule=data, verbose=False)
     dev, test = module.results["dev"], module.results["test"]
-    write_atomic(run_dir / "dev.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
-    write_atomic(run_dir / "test.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
+    write_atomic(run_dir / f"dev{suffix}.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
+    write_atomic(run_dir / f"test{suffix}.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
     return dev, test
 
 
@@ -342,10 +371,11 @@ def result_metrics(
     trainer: pl.Trainer,
     dev: dict[str, Any],
     test: dict[str, Any],
-    averaged: int,
+    averaged: Optional[dict[str, Any]],
     started: float,
 ) -> dict[str, Any]:
-    """The finished run's record: dev and test scores, cost, and what ran it."""
+    """The finished run's record: dev and test scores of the last checkpoint (Table 3's protocol), those of the
+    checkpoint average under `averaged` when the run asks for one (Table 2's), cost, and what ran it."""
     train_seconds = module.train_seconds
     wall = time.time() - started
     return {
@@ -364,10 +394,18 @@ def result_metrics(
         "params": module.params,
         "steps": trainer.global_step,
         "train_tokens": module.train_tokens,
+        "train_src_tokens": module.train_src_tokens,
+        # Measured (real, non-pad) tokens per optimiser step, over all devices: what batch_tokens bounds, padding
+        # included, per side.
+        "tokens_per_step_measured": module.train_tokens / max(trainer.global_step, 1),
+        "src_tokens_per_step_measured": module.train_src_tokens / max(trainer.global_step, 1),
         "train_seconds": train_seconds,
         "wall_seconds": wall,
         "train_tokens_per_second": module.train_tokens / max(train_seconds, 1e-9),
-        "averaged_checkpoints": averaged,
+        # The checkpoints averaged into the scores above: none since the average is evaluated beside the last
+        # checkpoint (records from before hold the count their scores were averaged over).
+        "averaged_checkpoints": 0,
+        "averaged": averaged,
         "seed": config.seed,
         "status": "done" if math.isfinite(dev["loss"]) else "diverged",
         **hardware(),
@@ -396,23 +434,27 @@ def train_run(
     devices: int = 1,
     accelerator: str = "auto",
     callbacks: Sequence[pl.Callback] = (),
+    nodes: int = 1,
 ) -> dict[str, Any]:
     """Train and evaluate one run in `run_dir`, resuming from its last checkpoint if there is one.
 
     `callbacks` join the fit trainer's own (checkpointing, the token count, the progress bar): `ablate train`
     passes a search trial's pruning callback there.
 
-    `devices` > 1: Lightning DDP with that many ranks (`strategy="ddp"` re-executes the command for ranks >= 1;
-    under SLURM the job's tasks are the ranks). The data module shards training batches by rank, so the global
-    batch is `devices` x `data.batch_tokens`. Only rank 0 writes records and runs the final evaluation; the other
-    ranks return {} after training.
+    `devices` x `nodes` > 1: Lightning DDP with that many ranks, `devices` per node (`strategy="ddp"` re-executes
+    the command for ranks >= 1; under SLURM the job's tasks are the ranks). A step is `data.batch_tokens` per side
+    over all ranks: each packs its share (`batch_plan`), accumulating micro-batches where `data.device_batch_tokens`
+    caps it. Only rank 0 writes records and runs the final evaluation; the other ranks return {} after training.
     """
     run_dir = Path(run_dir)
     meta = dict(meta or {})
     meta.setdefault("run_id", config.run_id())
     lead = is_rank_zero()
     started = time.time()
-    previous, attempt = record_start(run_dir, config, meta, devices, started, lead)
+    if devices < 1 or nodes < 1:
+        raise ValueError(f"devices = {devices}, nodes = {nodes}: expected positive integers")
+    plan = batch_plan(config.data, devices * nodes)  # before anything is recorded: a ValueError names the field
+    previous, attempt = record_start(run_dir, config, meta, plan, nodes, started, lead)
     try:
         pl.seed_everything(config.seed, workers=True, verbose=False)
         data = make_data(config)
@@ -420,7 +462,7 @@ def train_run(
         checkpoints = run_dir / "checkpoints"
         resume_from = resume_point(run_dir, checkpoints, previous, lead)
         loggers = make_loggers(run_dir, config, meta, attempt)
-        trainer = fit_trainer(config, run_dir, loggers, callbacks, progress, devices, accelerator)
+        trainer = fit_trainer(config, run_dir, loggers, callbacks, progress, plan, accelerator, nodes)
         # weights_only: a checkpoint is data, never code (tensors, numbers, strings and containers only).
         trainer.fit(module, datamodule=data, ckpt_path=str(resume_from) if resume_from else None, weights_only=True)
         if not trainer.is_global_zero:
@@ -430,8 +472,17 @@ def train_run(
         if trainer.world_size > 1 and torch.distributed.is_initialized():
             # Rank 0 evaluates alone: with the group still up, the evaluation waited on the departed ranks (a hang).
             torch.distributed.destroy_process_group()
-        averaged = average_last(module, config, checkpoints)
-        dev, test = final_evaluation(module, data, config, run_dir, loggers, attempt, accelerator, trainer.global_step)
+        steps = trainer.global_step
+        dev, test = final_evaluation(module, data, config, run_dir, loggers, attempt, accelerator, steps)
+        averaged = None
+        count = average_last(module, config, checkpoints)  # the last checkpoint is scored: now the average
+        if count:
+            mean_dev, mean_test = final_evaluation(
+                module, data, config, run_dir, loggers, attempt, accelerator, steps, averaged=True
+            )
+            averaged = {"checkpoints": count}
+            for split, result in (("dev", mean_dev), ("test", mean_test)):
+                averaged.update({f"{split}_{key}": result.get(key) for key in AVERAGED_KEYS})
         return update_metrics(run_dir, **result_metrics(config, module, trainer, dev, test, averaged, started))
     except Exception as error:
         if lead:

@@ -156,7 +156,12 @@ class DataConfig:
     test_split: Optional[str] = None  # None: test, or the dataset's named test set
     vocab_size: int = 37000  # joint BPE vocabulary: the model's too (its embeddings and output projection)
     max_tokens: int = 256  # longer training pairs (in word pieces) are skipped and counted
-    batch_tokens: int = 25000  # per side, per device, per step (the paper: ~25k source + 25k target)
+    # Per side, per optimiser step, summed over every device and accumulated micro-batch (the paper: ~25k source +
+    # 25k target tokens a step on 8 GPUs), so 1 GPU, 8 GPUs and 2 nodes x 8 GPUs train the same recipe: see BatchPlan.
+    batch_tokens: int = 25000
+    # The most one device holds in a micro-batch, per side (a memory cap); None: batch_tokens / devices. Below that,
+    # gradient accumulation makes up the step (BatchPlan.accumulation).
+    device_batch_tokens: Optional[int] = None
     generated_pairs: int = 50000  # size of the built-in corpus' training split
     generated_seed: int = 1234
     # Content words of the built-in corpus times k (nouns, verbs, adjectives, adverbs, compounds, ambiguous words):
@@ -188,6 +193,15 @@ class DataConfig:
         scale = self.generated_lexicon_scale
         if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= MAX_LEXICON_SCALE:
             _fail(own, "generated_lexicon_scale", scale, f"an int from 1 to {MAX_LEXICON_SCALE}")
+        if self.device_batch_tokens is not None:
+            _check_positive(own, "device_batch_tokens", self.device_batch_tokens)
+            if self.device_batch_tokens < self.max_tokens:
+                _fail(
+                    own,
+                    "device_batch_tokens",
+                    self.device_batch_tokens,
+                    f"at least max_tokens ({self.max_tokens}) so every pair fits a device's batch",
+                )
         if self.vocab_size < 16:
             _fail(own, "vocab_size", self.vocab_size, "at least 16 (4 special ids plus word pieces)")
         if self.batch_tokens < self.max_tokens:
@@ -197,6 +211,57 @@ class DataConfig:
                 self.batch_tokens,
                 f"at least max_tokens ({self.max_tokens}) so every pair fits a batch",
             )
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one optimiser step of `data.batch_tokens` per side is cut over `devices` (all nodes' GPUs or CPU ranks).
+
+    Each device takes `device_tokens` per side per micro-batch and `accumulation` micro-batches make a step, so a step
+    is `tokens_per_step` = devices x accumulation x device_tokens <= data.batch_tokens (the remainder of the division,
+    fewer than devices x accumulation tokens, is dropped). Every rank packs the same global list of batches at
+    `device_tokens` and takes every `devices`-th, so a step on 8 devices holds the same batches as 8 accumulated
+    micro-batches on one.
+    """
+
+    devices: int
+    device_tokens: int
+    accumulation: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.devices * self.accumulation * self.device_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "devices": self.devices,
+            "device_batch_tokens": self.device_tokens,
+            "accumulate_grad_batches": self.accumulation,
+            "tokens_per_step": self.tokens_per_step,
+        }
+
+
+def batch_plan(data: "DataConfig", devices: int) -> BatchPlan:
+    """The per-device budget and accumulation that make `data.batch_tokens` per step on `devices` devices.
+
+    Without `data.device_batch_tokens` each device takes batch_tokens / devices and nothing accumulates; with it, the
+    fewest micro-batches that keep a device within its cap. Raises ValueError naming the field when a device's share
+    would be under data.max_tokens (a pair of that length could fit no batch)."""
+    _check_positive("batch_plan", "devices", devices)
+    share = data.batch_tokens // devices
+    cap = data.device_batch_tokens
+    accumulation = 1 if cap is None or share <= cap else -(-share // cap)
+    device_tokens = data.batch_tokens // (devices * accumulation)
+    if device_tokens < data.max_tokens:
+        _fail(
+            "data",
+            "batch_tokens",
+            data.batch_tokens,
+            f"at least max_tokens ({data.max_tokens}) per device and micro-batch: over {devices} device(s)"
+            + (f" and {accumulation} micro-batches" if accumulation > 1 else "")
+            + f" a device gets {device_tokens}; raise data.batch_tokens or lower data.max_tokens",
+        )
+    return BatchPlan(devices, device_tokens, accumulation)
 
 
 @dataclass(frozen=True)
@@ -214,21 +279,18 @@ class TrainConfig:
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
     eps_ls: float = 0.1  # label smoothing
-    accumulate_grad_batches: int = 1
     gradient_clip: float = 0.0  # 0: off, as in the paper
     precision: Precision = "32-true"
     val_every_steps: int = 1000
     checkpoint_every_steps: int = 1000
     keep_checkpoints: int = 5
     max_minutes: Optional[float] = None  # stop training after this wall time, then evaluate
-    compile: bool = False
 
     def __post_init__(self) -> None:
         own = "train"
         _floats_as_float(self)
         for name in (
             "max_steps",
-            "accumulate_grad_batches",
             "val_every_steps",
             "checkpoint_every_steps",
             "keep_checkpoints",
@@ -258,7 +320,9 @@ class EvalConfig:
     beam_size: int = 4
     length_penalty: float = 0.6
     max_len_offset: int = 50
-    average_last: int = 0  # average the last k checkpoints before the final evaluation (paper: 5 base, 20 big)
+    # k > 1: also score the average of the last k checkpoints, beside the last checkpoint's scores (Table 2's
+    # protocol: 5 for base, 20 for big; Table 3 scores the last checkpoint, never averaged).
+    average_last: int = 0
     dev_bleu_sentences: Optional[int] = None  # decode only the first n dev sentences during training
     batch_sentences: int = 128
 
@@ -286,6 +350,13 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_non_negative("run", "seed", self.seed)
+        if self.eval.average_last > self.train.keep_checkpoints:
+            _fail(
+                "eval",
+                "average_last",
+                self.eval.average_last,
+                f"at most train.keep_checkpoints ({self.train.keep_checkpoints}): only that many are kept to average",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -311,7 +382,11 @@ class RunConfig:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
-FIELDS_ADDED_SINCE_RECORDS = (("train", "cooldown_fraction"), ("data", "generated_lexicon_scale"))
+FIELDS_ADDED_SINCE_RECORDS = (
+    ("train", "cooldown_fraction"),
+    ("data", "generated_lexicon_scale"),
+    ("data", "device_batch_tokens"),
+)
 
 
 @dataclass(frozen=True)
@@ -330,6 +405,14 @@ RETIRED_FIELDS = {
     # 0: the tokenizer's pad id (lightning_modules.data.PAD_ID; a test checks the two agree). The data always padded
     # with it, so a record's model.pad_id could only ever mean this value.
     ("model", "pad_id"): RetiredField(lambda run: 0, "the data pads with the tokenizer's pad id (0)"),
+    # Every published record accumulated 1 micro-batch: data.batch_tokens was then per device, and with one device a
+    # step was one batch. The step's size is now data.batch_tokens over all devices, and accumulation follows from
+    # the device count and data.device_batch_tokens (BatchPlan).
+    ("train", "accumulate_grad_batches"): RetiredField(
+        lambda run: 1, "derived from data.batch_tokens, the devices and data.device_batch_tokens"
+    ),
+    # Nothing ever read it: training never compiled. Every record holds false.
+    ("train", "compile"): RetiredField(lambda run: False, "training does not use torch.compile"),
 }
 
 
@@ -348,7 +431,7 @@ def _check_retired(config: RunConfig, given: Mapping[tuple[str, str], Any]) -> N
     for (section, name), value in given.items():
         retired = RETIRED_FIELDS[section, name]
         expected = retired.value(config)
-        if isinstance(value, bool) or value != expected:
+        if type(value) is not type(expected) or value != expected:  # True is not the 1 an int field held
             _fail(section, name, value, f"{expected!r} or no value: it is no longer a config field ({retired.why})")
 
 

@@ -82,6 +82,7 @@ class TranslationModule(pl.LightningModule):
         self._step_started: Optional[float] = None
         self._fit_started = 0.0
         self.train_tokens = 0  # non-pad target tokens trained on, across resumes
+        self.train_src_tokens = 0  # non-pad source tokens (with EOS) trained on, across resumes
         self.train_seconds = 0.0  # time inside fit (training and periodic validation), across resumes
         self.diverged: Optional[dict[str, Any]] = None  # {"step", "loss"} once the training loss is not finite
 
@@ -98,6 +99,7 @@ class TranslationModule(pl.LightningModule):
             self.trainer.should_stop = True
             return None
         self.train_tokens += n_tokens
+        self.train_src_tokens += batch["n_src_tokens"]
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/nll", nll_sum.detach() / n_tokens)
         now = time.perf_counter()
@@ -121,6 +123,7 @@ class TranslationModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["progress"] = {
             "train_tokens": self.train_tokens,
+            "train_src_tokens": self.train_src_tokens,
             "train_seconds": time.perf_counter() - self._fit_started,
         }
         # Dropout draws from the global torch RNG, which Lightning does not checkpoint: without it a resumed run
@@ -132,6 +135,7 @@ class TranslationModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         progress = checkpoint.get("progress", {})
         self.train_tokens = int(progress.get("train_tokens", 0))
+        self.train_src_tokens = int(progress.get("train_src_tokens", 0))
         self.train_seconds = float(progress.get("train_seconds", 0.0))
         rng = checkpoint.get("rng", {})
         if "torch" in rng:

@@ -30,6 +30,7 @@ from lightning_modules.config import (
     ModelConfig,
     RunConfig,
     TrainConfig,
+    batch_plan,
     from_dict,
 )
 
@@ -237,7 +238,10 @@ def test_a_retired_field_is_hashed_at_its_value():
     config = RunConfig(data=DataConfig(vocab_size=2000), seed=3)
     values = config.to_dict()
     values["model"] = {**values["model"], "vocab_size": 2000, "pad_id": 0}
+    values["train"] = {**values["train"], "accumulate_grad_batches": 1, "compile": False}
     del values["train"]["cooldown_fraction"]  # added since: hashed only away from its default
+    del values["data"]["device_batch_tokens"]
+    del values["data"]["generated_lexicon_scale"]
     blob = json.dumps(values, sort_keys=True, separators=(",", ":"))
     assert config.run_id() == hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -300,7 +304,7 @@ def _alternatives(cls, name: str, value):
         return [c for c in args if c != value]
     if value is None:
         inner = args[0]
-        return {int: [32, 4, 10], float: [5.0], str: ["valid", "x"]}[inner]
+        return {int: [32, 4, 10, 8000], float: [5.0], str: ["valid", "x"]}[inner]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
@@ -366,7 +370,6 @@ def test_run_id_changes_when_any_field_changes():
         (TrainConfig, dict(weight_decay=-0.01), "train.weight_decay", "non-negative"),
         (TrainConfig, dict(gradient_clip=-1.0), "train.gradient_clip", "non-negative"),
         (TrainConfig, dict(precision="fp8"), "train.precision", "'bf16-mixed'"),
-        (TrainConfig, dict(accumulate_grad_batches=0), "train.accumulate_grad_batches", "positive integer"),
         (TrainConfig, dict(keep_checkpoints=True), "train.keep_checkpoints", "positive integer"),
         (TrainConfig, dict(max_minutes=0), "train.max_minutes", "positive finite"),
         (TrainConfig, dict(max_minutes=float("nan")), "train.max_minutes", "positive finite"),
@@ -377,6 +380,8 @@ def test_run_id_changes_when_any_field_changes():
         (DataConfig, dict(vocab_size=0), "data.vocab_size", "positive integer"),
         (DataConfig, dict(max_tokens=300, batch_tokens=200), "data.batch_tokens", "max_tokens (300)"),
         (DataConfig, dict(num_workers=-1), "data.num_workers", "non-negative integer"),
+        (DataConfig, dict(device_batch_tokens=0), "data.device_batch_tokens", "positive integer"),
+        (DataConfig, dict(device_batch_tokens=100, max_tokens=256), "data.device_batch_tokens", "max_tokens (256)"),
         (DataConfig, dict(generated_pairs=0), "data.generated_pairs", "positive integer"),
         (EvalConfig, dict(beam_size=0), "eval.beam_size", "positive integer"),
         (EvalConfig, dict(length_penalty=-0.6), "eval.length_penalty", "non-negative"),
@@ -511,3 +516,44 @@ def test_fuzz_run_from_dict(values):
 )
 def test_fuzz_other_sections_from_dict(values):
     _assert_builds_or_names_a_field(RunConfig.from_dict, values, ANY_SECTION_PREFIX)
+
+
+def test_a_step_is_batch_tokens_over_all_devices():
+    """data.batch_tokens is per side per optimiser step over every device and micro-batch: with G devices each takes
+    its share; under a per-device cap, accumulation makes up the step."""
+    paper = DataConfig(batch_tokens=25000)
+    assert batch_plan(paper, 1).to_dict() == {
+        "devices": 1,
+        "device_batch_tokens": 25000,
+        "accumulate_grad_batches": 1,
+        "tokens_per_step": 25000,
+    }
+    eight, sixteen = batch_plan(paper, 8), batch_plan(paper, 16)
+    assert (eight.device_tokens, eight.accumulation, eight.tokens_per_step) == (3125, 1, 25000)
+    assert (sixteen.device_tokens, sixteen.accumulation, sixteen.tokens_per_step) == (1562, 1, 24992)
+    capped = DataConfig(batch_tokens=25000, device_batch_tokens=8000)
+    one = batch_plan(capped, 1)  # one GPU holding 8,000 tokens a micro-batch: 4 micro-batches of 6,250
+    assert (one.device_tokens, one.accumulation, one.tokens_per_step) == (6250, 4, 25000)
+    assert one.device_tokens <= 8000
+    two = batch_plan(capped, 2)
+    assert (two.device_tokens, two.accumulation) == (6250, 2)
+    assert batch_plan(capped, 8).accumulation == 1  # 3,125 a device is within the cap
+    with raises_for("data.batch_tokens", "max_tokens (256)", "over 128 device(s)"):
+        batch_plan(DataConfig(batch_tokens=25000, max_tokens=256), 128)
+    with raises_for("batch_plan.devices", "positive integer"):
+        batch_plan(paper, 0)
+
+
+def test_retired_step_fields_keep_old_records_readable():
+    old = RunConfig().to_dict()
+    old["train"] = {**old["train"], "accumulate_grad_batches": 1, "compile": False}
+    assert RunConfig.from_dict(old) == RunConfig()
+    with raises_for("train.accumulate_grad_batches", "data.device_batch_tokens"):
+        RunConfig.from_dict({"train": {"accumulate_grad_batches": 2}})
+    with raises_for("train.compile", "torch.compile"):
+        RunConfig.from_dict({"train": {"compile": True}})
+    with raises_for("train.accumulate_grad_batches"):
+        RunConfig.from_dict({"train": {"accumulate_grad_batches": True}})
+    # The cap enters the run id only when set.
+    assert RunConfig(data=DataConfig(device_batch_tokens=None)).run_id() == RunConfig().run_id()
+    assert RunConfig(data=DataConfig(device_batch_tokens=8000)).run_id() != RunConfig().run_id()

@@ -419,7 +419,32 @@ def test_wmt14_offline_message_lists_files(tmp_path, monkeypatch):
     for split in ("train", "newstest2014"):
         for lang in ("en", "de"):
             write(target / f"{split}.{lang}", ["a"])
+    # Placed dev and test files must be the paper's sets: 3,000 and 3,003 lines, else an error naming the file.
+    with pytest.raises(CorpusError, match=re.escape(f"{target / 'newstest2013.en'}: 1 lines, expected 3,000")):
+        dataset_directory(DataConfig(dataset="wmt14-en-de", path=str(target)))
+    for lang in ("en", "de"):
+        write(target / f"newstest2013.{lang}", ["a"] * 3000)
+        write(target / f"newstest2014.{lang}", ["a"] * 2737)
+    with pytest.raises(CorpusError, match="newstest2014.en: 2,737 lines, expected 3,003 .*wmt14/full"):
+        dataset_directory(DataConfig(dataset="wmt14-en-de", path=str(target)))
+    for lang in ("en", "de"):
+        write(target / f"newstest2014.{lang}", ["a"] * 3003)
     assert dataset_directory(DataConfig(dataset="wmt14-en-de", path=str(target))) == target
+
+
+def test_the_wmt14_training_fetch_names_the_extra_it_needs(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_datasets(name, *args, **kwargs):
+        if name == "datasets":
+            raise ImportError("No module named 'datasets'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    with pytest.raises(CorpusError, match=re.escape("pip install 'attention-ablations[wmt]'")):
+        data.datasets._fetch_hf_train(tmp_path)
 
 
 def test_named_dataset_directories(tmp_path):

@@ -256,13 +256,62 @@ def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
     for spec in specs:
         assert spec.spec.run_id in text
     assert "done" in text and "running" in text and "stale" in text and "pending" in text
-    params, tokens, flops = local.estimates(specs[0], {})
+    estimate = local.estimates(specs[0], {})
     config = specs[0].spec.config
-    assert params == parameter_count(config.model, config.data.vocab_size)
-    assert tokens == 5 * 512 and flops == training_flops(config.model, config.data.vocab_size, tokens)
-    assert f"{flops:.2e}" in text
+    assert estimate.params == parameter_count(config.model, config.data.vocab_size)
+    assert estimate.tokens == 5 * 512
+    assert estimate.flops == training_flops(config.model, config.data.vocab_size, estimate.tokens)
+    assert f"{estimate.flops:.2e}" in text
+    assert "GPU-hours" in text and "ASSUMED, not measured" in text  # no GPU check record in this test's results
     assert sorted(p.name for p in (out / "test" / "test").iterdir()) == sorted(s.dir.name for s in specs[:3])
     assert not any((s.dir / "config.yaml").exists() for s in specs)  # nothing trained, nothing written
+
+
+def test_the_json_dry_run_plans_the_same_step_on_any_device_count(corpus, tmp_path, capsys, monkeypatch):
+    """A step is data.batch_tokens over all devices: the planned tokens and FLOPs of a run do not grow with the
+    devices; each device's share and the GPU-hours at a measured rate (a GPU check record) are printed per run."""
+    from ablations.launch import cost
+
+    path = write_sweep(tmp_path, corpus, {"base": {}, "big": {"d_model": 1024, "d_ff": 4096, "h": 16}})
+    out = tmp_path / "runs"
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(cost, "RESULTS", results)
+    plans = {}
+    for devices, nodes in ((1, 1), (2, 1), (2, 2)):
+        argv = sweep_args(path, out, "--dry-run", "--json", "--gpus-per-run", str(devices), "--nodes", str(nodes))
+        assert cli.main(argv) == 0
+        plans[devices * nodes] = json.loads(capsys.readouterr().out)
+    for world, document in plans.items():
+        base = document["runs"][0]
+        assert (base["devices"], base["device_batch_tokens"], base["tokens_per_step"]) == (world, 512 // world, 512)
+        assert base["train_tokens"] == 5 * 512 and base["flops"] == plans[1]["runs"][0]["flops"]
+        assert document["basis"] == [cost.ASSUMED.basis]
+        assert base["gpu_hours"] == pytest.approx(base["flops"] / cost.ASSUMED.flops_per_s / 3600)
+        assert base["wall_hours"] == pytest.approx(base["gpu_hours"] / world)
+    # With a GPU check record, the rate of the nearest measured model and per-device batch.
+    measured = {
+        "device": "cuda",
+        "quick": False,
+        "machine": {"gpu": "NVIDIA H200"},
+        "training": [
+            {"name": "base", "params": 60e6, "device_tokens": 25000, "planned_flops_per_s": 4e14},
+            {"name": "base-8gpu-share", "params": 60e6, "device_tokens": 128, "planned_flops_per_s": 1e14},
+        ],
+    }
+    (results / cost.GPU_CHECK_FILE).write_text(json.dumps(measured))
+    assert cli.main(sweep_args(path, out, "--dry-run", "--json", "--gpus-per-run", "4")) == 0
+    document = json.loads(capsys.readouterr().out)
+    base = document["runs"][0]
+    assert base["basis"].startswith("measured:") and "base-8gpu-share" in base["basis"]
+    assert base["gpu_hours"] == pytest.approx(base["flops"] / 1e14 / 3600)
+    assert document["total"]["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in document["runs"]))
+    # A device count that leaves a device less than max_tokens (64) is refused, naming the field.
+    assert cli.main(sweep_args(path, out, "--dry-run", "--gpus-per-run", "16")) == 2
+    assert "data.batch_tokens" in capsys.readouterr().err
+    # Several nodes need SLURM to train; the local launcher refuses them.
+    assert cli.main(sweep_args(path, out, "--nodes", "2")) == 2
+    assert "--launcher slurm" in capsys.readouterr().err
 
 
 def test_runs_two_at_a_time_then_skips_finished_runs(corpus, tmp_path, fake_train, capsys):

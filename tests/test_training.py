@@ -195,6 +195,10 @@ def tiny_run_config(corpus: str = "/nonexistent", cache: str = "/tmp", **section
     return RunConfig(**values)
 
 
+def meta_batch(run_dir):
+    return read_config(run_dir / "config.yaml")[1]["batch"]
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return write_corpus(tmp_path_factory.mktemp("corpus"), train_pairs=300, seed=7, dev_pairs=12, test_pairs=12)
@@ -221,7 +225,19 @@ def test_a_run_leaves_its_records(corpus, tmp_path):
         "status",
     )
     assert all(metrics.get(k) is not None for k in required), {k: metrics.get(k) for k in required}
-    assert metrics["status"] == "done" and metrics["steps"] == 6 and metrics["averaged_checkpoints"] == 2
+    assert metrics["status"] == "done" and metrics["steps"] == 6
+    # The scores are the last checkpoint's (Table 3's protocol); the average of the last 2 is scored beside them
+    # (Table 2's), with its own hypotheses and CSV log.
+    assert metrics["averaged_checkpoints"] == 0 and metrics["averaged"]["checkpoints"] == 2
+    assert metrics["averaged"]["dev_loss"] != metrics["dev_loss"]
+    assert math.exp(metrics["averaged"]["dev_loss"]) == pytest.approx(metrics["averaged"]["dev_ppl"])
+    assert len((run_dir / "test.averaged.hyp").read_text().splitlines()) == 12
+    assert (run_dir / "logs" / "attempt-1-final-averaged" / "metrics.csv").is_file()
+    # How the step was cut: one device, the whole budget, no accumulation; and what a step held.
+    assert (metrics["devices"], metrics["device_batch_tokens"], metrics["accumulate_grad_batches"]) == (1, 512, 1)
+    assert metrics["tokens_per_step"] == 512 and meta_batch(run_dir)["tokens_per_step"] == 512
+    assert metrics["tokens_per_step_measured"] == pytest.approx(metrics["train_tokens"] / 6)
+    assert 0 < metrics["src_tokens_per_step_measured"] <= 512
     assert math.exp(metrics["dev_loss"]) == pytest.approx(metrics["dev_ppl"])
     assert "tok:13a" in metrics["sacrebleu_signature"]
     assert json.loads((run_dir / "metrics.json").read_text()) == read_metrics(run_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -11,8 +12,11 @@ import sys
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
+
+from lightning_modules.config import BatchPlan, batch_plan
 
 from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
 from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, take_published, twin_of
@@ -46,13 +50,25 @@ def human(value: float, unit: str = "") -> str:
     return f"{value:.3g}{unit}"
 
 
-def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
-    """(parameters, training tokens per side, training FLOPs as lightning_modules.flops counts them)."""
+@dataclass(frozen=True)
+class Estimate:
+    """A run's plan on `plan.devices` devices: parameters, its step cut over the devices, and the whole run's
+    planned tokens per side (max_steps x tokens per step, padding included: the budget's bound) and FLOPs (as
+    lightning_modules.flops counts them: every device's work together)."""
+
+    params: int
+    plan: BatchPlan
+    tokens: int
+    flops: float
+
+
+def estimates(run: Run, cache: dict, devices: int = 1) -> Estimate:
+    """The run's Estimate on `devices` devices (all nodes'); ValueError when its batch cannot be cut that finely."""
     from lightning_modules.flops import parameter_count, training_flops
 
     config = run.spec.config
-    train = config.train
-    tokens = train.max_steps * config.data.batch_tokens * train.accumulate_grad_batches
+    step = batch_plan(config.data, devices)
+    tokens = config.train.max_steps * step.tokens_per_step
     key = (config.model, config.data.vocab_size, tokens)
     if key not in cache:
         cache[key] = (
@@ -60,7 +76,7 @@ def estimates(run: Run, cache: dict) -> tuple[int, int, float]:
             training_flops(config.model, config.data.vocab_size, float(tokens)),
         )
     params, flops = cache[key]
-    return params, tokens, flops
+    return Estimate(params, step, tokens, flops)
 
 
 RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results/records/<sweep>_<scale>/<run>
@@ -113,41 +129,106 @@ def expected_wall(seconds: list[float], workers: int) -> float:
     return max(free)
 
 
+def plan_rows(runs: list[Run], devices: int, measurements: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per run, as the dry run prints it (and `--json` writes it): its status, parameters, devices, the
+    step's cut over them, the whole run's planned tokens per side and FLOPs, and GPU-hours at a measured or assumed
+    rate (`basis` says which)."""
+    from .cost import gpu_hours, throughput_for
+
+    cache: dict = {}
+    rows = []
+    for run in runs:
+        estimate = estimates(run, cache, devices)
+        throughput = throughput_for(estimate.params, estimate.plan.device_tokens, measurements)
+        hours = gpu_hours(estimate.flops, throughput)
+        rows.append(
+            {
+                "row": run.spec.row,
+                "seed": run.spec.seed,
+                "run_id": run.spec.run_id,
+                "status": folder_status(run.dir),
+                "params": estimate.params,
+                **estimate.plan.to_dict(),
+                "max_steps": run.spec.config.train.max_steps,
+                "train_tokens": estimate.tokens,
+                "flops": estimate.flops,
+                "gpu_hours": hours,
+                "wall_hours": hours / devices,
+                "basis": throughput.basis,
+                "_throughput": throughput,
+            }
+        )
+    return rows
+
+
 def print_plan(
     runs: list[Run],
     out: Path,
     slots: list[Slot],
     costs: Optional[dict[Any, Any]] = None,
     taken: Sequence[Run] = (),
+    devices: int = 1,
+    as_json: bool = False,
+    results: Optional[Path] = None,
 ) -> None:
-    """The dry run's table and totals; with `costs`, the expected wall time of the runs left to train (not those
-    `taken`: pending runs that will take a done twin's record instead)."""
+    """The dry run's table and totals for runs of `devices` devices each (all nodes'); with `costs`, the expected
+    wall time of the runs left to train (not those `taken`: pending runs that will take a done twin's record
+    instead). With `as_json`, one JSON object instead: {"runs": [...], "total": {...}, "basis": [...]}."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    from .cost import RESULTS, basis_lines, read_measurements
+
+    rows = plan_rows(runs, devices, read_measurements(RESULTS if results is None else results))
+    bases = basis_lines([row.pop("_throughput") for row in rows])
+    todo = [row for row in rows if row["status"] != "done"]
+    total = {
+        "runs": len(rows),
+        "devices_per_run": devices,
+        "flops": sum(row["flops"] for row in rows),
+        "flops_to_run": sum(row["flops"] for row in todo),
+        "gpu_hours": sum(row["gpu_hours"] for row in rows),
+        "gpu_hours_to_run": sum(row["gpu_hours"] for row in todo),
+    }
+    workers = max(1, len(slots))
+    total["wall_hours_to_run"] = expected_wall([row["wall_hours"] for row in todo], workers)
+    if as_json:
+        print(json.dumps({"runs": rows, "total": total, "workers": workers, "basis": bases}, indent=2))
+        return
+    console = Console() if sys.stdout.isatty() else Console(width=180)
     first = runs[0].spec if runs else None
     title = f"{first.sweep} at scale {first.scale}: {len(runs)} runs under {out}" if first else "no runs"
     table = Table(title=title)
-    for column in ("row", "seed", "run id", "status", "params", "tokens", "FLOPs"):
+    columns = ("row", "seed", "run id", "status", "params", "devices", "tokens/step", "accum", "tokens", "FLOPs")
+    for column in (*columns, "GPU-h"):
         table.add_column(column, justify="left" if column in ("row", "run id", "status") else "right", no_wrap=True)
-    cache: dict = {}
-    todo_flops = total_flops = 0.0
     counts: dict[str, int] = {}
-    for run in runs:
-        status = folder_status(run.dir)
-        counts[status] = counts.get(status, 0) + 1
-        params, tokens, flops = estimates(run, cache)
-        total_flops += flops
-        if status != "done":
-            todo_flops += flops
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
         table.add_row(
-            run.spec.row, str(run.spec.seed), run.spec.run_id, status, human(params), human(tokens), f"{flops:.2e}"
+            row["row"],
+            str(row["seed"]),
+            row["run_id"],
+            row["status"],
+            human(row["params"]),
+            str(row["devices"]),
+            f"{row['tokens_per_step']:,} ({row['device_batch_tokens']:,}/device)",
+            str(row["accumulate_grad_batches"]),
+            human(row["train_tokens"]),
+            f"{row['flops']:.2e}",
+            f"{row['gpu_hours']:.3g}",
         )
     console.print(table)
     console.print(
         ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        + f"; training FLOPs ≈ {total_flops:.2e} in all, {todo_flops:.2e} still to run (counted: 3 × forward)"
+        + f"; training FLOPs ≈ {total['flops']:.2e} in all, {total['flops_to_run']:.2e} still to run (counted: 3 × "
+        "forward, tokens per side = steps × the step's token budget, padding included)"
+    )
+    console.print(
+        f"GPU-hours ≈ {total['gpu_hours']:.3g} in all, {total['gpu_hours_to_run']:.3g} still to run; on {workers} "
+        f"worker(s) of {devices} GPU(s) ≈ {total['wall_hours_to_run']:.3g} h wall (training only, longest first, "
+        "perfect scaling over a run's devices; validation decoding not counted). Rate: " + "; ".join(bases),
+        markup=False,
     )
     if slots:
         slot = slots[0]
@@ -158,18 +239,18 @@ def print_plan(
         )
     if costs is not None:
         skip = {id(run) for run in taken}
-        todo = [run for run in runs if folder_status(run.dir) != "done" and id(run) not in skip]
-        known = [cost for cost in (run_cost(run, costs) for run in todo) if cost is not None]
-        unknown = len(todo) - len(known)
-        if not todo:
+        todo_runs = [run for run in runs if folder_status(run.dir) != "done" and id(run) not in skip]
+        known = [cost for cost in (run_cost(run, costs) for run in todo_runs) if cost is not None]
+        unknown = len(todo_runs) - len(known)
+        if not todo_runs:
             console.print("expected wall time: 0s (nothing to train: every run is done or takes a done twin's record)")
         elif not known:
             console.print(
-                f"expected wall time: no measured cost (none of the {len(todo)} runs to train has finished before)"
+                f"expected wall time: no measured cost (none of the {len(todo_runs)} runs to train has finished before)"
             )
         else:
             console.print(
-                f"expected wall time ≈ {duration(expected_wall(known, max(1, len(slots))))} on {max(1, len(slots))} "
+                f"expected wall time ≈ {duration(expected_wall(known, workers))} on {workers} "
                 f"worker(s), from the measured wall_seconds of finished runs (same run id, or same row at this scale)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
             )
@@ -280,7 +361,9 @@ class Launcher:
         self.signals: list[int] = []
         self.launched = 0
         cache: dict = {}
-        self.flops = {id(run): estimates(run, cache)[2] for run in runs}  # the cost model behind order and ETA
+        self.flops = {
+            id(run): estimates(run, cache, slots[0].devices if slots else 1).flops for run in runs
+        }  # the cost model behind order and ETA
         self.finished_flops = self.finished_seconds = 0.0
 
     # -- bookkeeping -------------------------------------------------------------------------------
@@ -470,14 +553,27 @@ def run_sweep(
     wait: bool = False,
     reuse: bool = True,
     published: Optional[str | Path] = "results",
+    nodes: int = 1,
+    as_json: bool = False,
 ) -> int:
     """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
 
     With `reuse`, a run never started takes the record of a done run with the same id elsewhere under `out`, or of
     one published under `published`/records/ (the committed records: a fresh clone continues instead of retraining).
 
-    With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`).
+    With `slurm` the runs still to train are submitted as one job array instead; 0 once submitted (unless `wait`);
+    only there may a run span `nodes` > 1 nodes of `gpus_per_run` GPUs each. `as_json` (with `dry_run`): the plan as
+    one JSON object on stdout, notes on stderr.
     """
+    if nodes < 1:
+        raise ValueError(f"--nodes {nodes}: expected a positive integer")
+    if slurm is not None and slurm.nodes != nodes:
+        raise ValueError(f"nodes = {nodes} and the SLURM options' nodes = {slurm.nodes} disagree")
+    if nodes > 1 and slurm is None and not dry_run:
+        raise ValueError(f"--nodes {nodes}: a run over several nodes needs --launcher slurm (or --dry-run to plan it)")
+    if as_json and not dry_run:
+        raise ValueError("--json: only with --dry-run (it prints the plan)")
+    notes = sys.stderr if as_json else sys.stdout
     if workers is not None and workers != "auto" and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"--workers {workers}: expected a positive integer or auto")
     runs = plan(sweep_path, scale, rows=rows, seeds=seeds, sets=sets, out=out)
@@ -489,6 +585,7 @@ def run_sweep(
             print(
                 f"{len(taken)} run(s) are published under {published}/records/ (done there, not retrained; "
                 "--no-reuse trains them)",
+                file=notes,
                 flush=True,
             )
     if reuse and dry_run:
@@ -497,6 +594,7 @@ def run_sweep(
             print(
                 f"{len(twins)} pending run(s) will take the record of a done run with the same id (under {out} or "
                 f"{published}/records/) instead of training: {', '.join(run.label for run in twins)}",
+                file=notes,
                 flush=True,
             )
     elif reuse:
@@ -504,14 +602,22 @@ def run_sweep(
             print(f"{run.label} ({run.spec.run_id}) reuses the finished run {twin} (same resolved config)", flush=True)
     if slurm is not None:
         if dry_run:
-            print_plan(runs, Path(out), [])
+            print_plan(runs, Path(out), [], devices=max(1, slurm.gpus_per_run) * slurm.nodes, as_json=as_json)
             return 0
         return submit_sweep(runs, slurm, Path(out), retry_failed=retry_failed, wait=wait)
     if workers == "auto":
         cache: dict = {}
-        workers = auto_workers(max((estimates(run, cache)[0] for run in runs), default=None), gpus_per_run)
+        workers = auto_workers(max((estimates(run, cache).params for run in runs), default=None), gpus_per_run)
     slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
     if dry_run:
-        print_plan(runs, Path(out), slots, measured_costs(Path(out)), taken=twins)
+        print_plan(
+            runs,
+            Path(out),
+            slots,
+            measured_costs(Path(out)),
+            taken=twins,
+            devices=gpus_per_run * nodes,
+            as_json=as_json,
+        )
         return 0
     return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace).run()

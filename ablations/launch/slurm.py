@@ -41,7 +41,8 @@ ALIVE_STATES = (
 class SlurmOptions:
     partition: Optional[str] = None
     time_min: int = 24 * 60
-    gpus_per_run: int = 1  # GPUs (and DDP ranks: SLURM tasks) per run; 0 for a CPU-only job with one rank
+    gpus_per_run: int = 1  # GPUs (and DDP ranks: SLURM tasks) per node and run; 0 for a CPU-only job with one rank
+    nodes: int = 1  # nodes per run: a run has nodes x gpus_per_run ranks
     cpus_per_task: Optional[int] = None
     array_parallelism: Optional[int] = None
     signal_delay_s: int = 120  # the warning signal (USR2) before the time limit: time to stop and requeue
@@ -61,9 +62,10 @@ class TrainJob:
     never requeued twice.
     """
 
-    def __init__(self, devices: int = 1, accelerator: str = "auto") -> None:
-        self.devices = devices
+    def __init__(self, devices: int = 1, accelerator: str = "auto", nodes: int = 1) -> None:
+        self.devices = devices  # per node
         self.accelerator = accelerator
+        self.nodes = nodes
 
     def __call__(self, run_dir: str) -> str:
         from ..train import REQUEUE_ENV, is_rank_zero, train_run  # lazily: torch and Lightning
@@ -73,7 +75,7 @@ class TrainJob:
         run_dir = Path(run_dir)
         config, meta = read_config(run_dir / CONFIG_FILE)
         if not is_rank_zero():
-            train_run(config, run_dir, meta, progress=False, devices=self.devices, accelerator=self.accelerator)
+            train_run(config, run_dir, meta, **self.placement())
             return "rank > 0"
         lock = RunLock(run_dir)
         if not lock.acquire(tries=50):  # patient: the submitter may be recording the job id under the lock
@@ -85,9 +87,10 @@ class TrainJob:
             if status in ("done", "diverged"):
                 return f"skipped: {status} meanwhile"
             update_metrics(run_dir, status=status or "pending", **job)
-            return train_run(config, run_dir, meta, progress=False, devices=self.devices, accelerator=self.accelerator)[
-                "status"
-            ]
+            return train_run(config, run_dir, meta, **self.placement())["status"]
+
+    def placement(self) -> dict[str, Any]:
+        return {"progress": False, "devices": self.devices, "accelerator": self.accelerator, "nodes": self.nodes}
 
     def checkpoint(self, run_dir: str):
         import submitit
@@ -136,7 +139,7 @@ def make_executor(folder: Path, options: SlurmOptions, name: str):
         timeout_min=options.time_min,
         gpus_per_node=gpus,
         tasks_per_node=max(1, gpus),
-        nodes=1,
+        nodes=options.nodes,
         cpus_per_task=options.cpus_per_task,
         slurm_partition=options.partition,
         slurm_array_parallelism=options.array_parallelism,
@@ -177,7 +180,7 @@ def submit_sweep(
     executor = make_executor(Path(out) / SUBMITIT_FOLDER, options, f"ablate-{runs[0].spec.sweep}-{runs[0].spec.scale}")
     devices = max(1, options.gpus_per_run)
     accelerator = "auto" if options.gpus_per_run else "cpu"
-    jobs = executor.map_array(TrainJob(devices, accelerator), [str(run.dir) for run in todo])
+    jobs = executor.map_array(TrainJob(devices, accelerator, options.nodes), [str(run.dir) for run in todo])
     wait = wait or executor.cluster == "local"  # submitit's local jobs are cancelled when this process lets go of them
     for run, job in zip(todo, jobs):
         run.state = "pending"

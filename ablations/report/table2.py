@@ -167,6 +167,33 @@ def run_counted(run: RunRecord) -> Optional[float]:
     return None if tokens is None else training_flops(config.model, config.data.vocab_size, float(tokens))
 
 
+def scored(run: RunRecord, key: str) -> Optional[float]:
+    """A run's Table 2 score: its checkpoint average's where it scored one (Table 2's protocol), else its last
+    checkpoint's (or, in a record from before averages were scored beside it, what its scores were taken on)."""
+    averaged = run.metrics.get("averaged") or {}
+    return averaged.get(key) if key in averaged else run.metrics.get(key)
+
+
+def protocol(result: RowResult) -> str:
+    """What the row's test BLEU was scored on, against the paper's protocol for it."""
+    paper = {"base": 5, "big": 20}[result.row.id]
+    counts = []
+    for run in result.done:
+        averaged = run.metrics.get("averaged") or {}
+        counts.append(averaged.get("checkpoints") or run.metrics.get("averaged_checkpoints") or 0)
+    spacing = sorted({run.spec.config.train.checkpoint_every_steps for run in result.done})
+    if not counts:
+        ours = "no done run"
+    elif set(counts) == {0}:
+        ours = "the last checkpoint, no averaging"
+    else:
+        ours = (
+            f"the average of the last {', '.join(str(c) for c in sorted(set(counts)))} checkpoints, "
+            f"{', '.join(f'{s:,}' for s in spacing)} steps apart"
+        )
+    return f"{result.row.id}: BLEU scored on {ours} (the paper: the average of the last {paper} checkpoints, written 10 minutes apart)."
+
+
 def cost_row(result: RowResult, sustained: Mapping[str, Mapping[str, Any]]) -> CostRow:
     done = result.done
     devices = sorted({run_device(run.metrics, sustained) for run in done}, key=repr)
@@ -174,8 +201,8 @@ def cost_row(result: RowResult, sustained: Mapping[str, Mapping[str, Any]]) -> C
         row=result.row.id,
         status=result.status,
         seeds=f"{len(done)}/{len(result.runs)}",
-        test_bleu=mean([run.metrics.get("test_bleu") for run in done]),
-        test_bleu_tok=mean([run.metrics.get("test_bleu_tok") for run in done]),
+        test_bleu=mean([scored(run, "test_bleu") for run in done]),
+        test_bleu_tok=mean([scored(run, "test_bleu_tok") for run in done]),
         steps=mean([run.metrics.get("steps") for run in done]),
         train_minutes=scaled_mean([training_seconds(run) for run in done], 1 / 60),
         device=devices[0] if len(devices) == 1 else None,
@@ -210,6 +237,7 @@ def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
         "Cost (counted) = 3 × forward FLOPs of the model's weight matrices over the trained tokens (source tokens "
         "taken equal to the recorded target tokens; attention products, norms and softmax not counted).",
         papers_runs_counted(table.sweep),
+        *(protocol(results[row]) for row in ROWS),
     ]
     for row in rows:
         if row.device is not None and row.device.flops_per_second is None:

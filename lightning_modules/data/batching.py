@@ -24,7 +24,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     ``lengths_src`` / ``lengths_tgt`` are the lengths of the tensors the batch will hold (source + EOS,
     BOS + target). A batch ``b`` satisfies ``len(b) * max(lengths_src[b]) <= max_tokens`` and the same for the
     target, padding included (fairseq's ``--max-tokens``; the paper's ~25k source + 25k target tokens per step
-    is ``data.batch_tokens``, per device).
+    is ``data.batch_tokens`` over all devices; a device packs ``BatchPlan.device_tokens``).
 
     Packing (like fairseq's ``batch_by_size``): pairs are sorted by max(source, target) length, the side that
     binds the budget, then by source - target length (so a batch's pairs have similar shapes on both sides),

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import DataConfig
+from ..config import BatchPlan, DataConfig, batch_plan
 from .batching import ResumableLoader, TokenBudgetBatchSampler
 from .cache import default_cache_dir
 from .corpus import CorpusError, CorpusSplits, PathLike, read_lines, resolve_splits
@@ -85,8 +85,9 @@ class TranslationDataModule(pl.LightningDataModule):
     pairs longer than ``data.max_tokens`` word pieces (with BOS/EOS, or longer than ``max_positions``) are
     skipped and counted; pairs with an empty side are skipped and counted.
 
-    Training batches: ``TokenBudgetBatchSampler`` with ``data.batch_tokens`` per side per device, sharded by the
-    trainer's global rank / world size. **The caller must build the Trainer with
+    Training batches: ``TokenBudgetBatchSampler`` with ``batch_plan(data, world size).device_tokens`` per side (a step
+    is ``data.batch_tokens`` over all devices and accumulated micro-batches), sharded by the trainer's global rank /
+    world size; the trainer must accumulate the plan's ``accumulation`` (checked). **The caller must build the Trainer with
     ``use_distributed_sampler=False``** (Lightning cannot inject a distributed sampler into a custom batch
     sampler; the sampler shards itself). The epoch is taken from ``trainer.current_epoch`` whenever an epoch's
     iterator is created (and Lightning's own ``set_epoch`` call reaches it too), so batch order changes per epoch.
@@ -120,7 +121,8 @@ class TranslationDataModule(pl.LightningDataModule):
         self.corpus_dir = Path(corpus_dir).expanduser() if corpus_dir is not None else None
         self.seed = seed
         self.max_positions = max_positions
-        self.eval_batch_tokens = eval_batch_tokens or data_cfg.batch_tokens
+        # Evaluation holds no gradients, but a device's memory cap still applies to it.
+        self.eval_batch_tokens = eval_batch_tokens or data_cfg.device_batch_tokens or data_cfg.batch_tokens
         self.eval_max_sentences = eval_max_sentences
         self.sort_chunk = sort_chunk
         self.download = download
@@ -273,6 +275,10 @@ class TranslationDataModule(pl.LightningDataModule):
     def _trainer_or_none(self) -> Optional[pl.Trainer]:
         return getattr(self, "trainer", None)
 
+    def batch_plan(self, world_size: int = 1) -> BatchPlan:
+        """How a step of ``data.batch_tokens`` is cut over ``world_size`` devices (ValueError if it cannot be)."""
+        return batch_plan(self.data_cfg, world_size)
+
     def train_sampler(
         self, rank: int = 0, world_size: int = 1, epoch_fn: Optional[Callable[[], int]] = None
     ) -> TokenBudgetBatchSampler:
@@ -281,7 +287,7 @@ class TranslationDataModule(pl.LightningDataModule):
         return TokenBudgetBatchSampler(
             ls,
             lt,
-            self.data_cfg.batch_tokens,
+            self.batch_plan(world_size).device_tokens,
             shuffle=True,
             seed=self.seed,
             rank=rank,
@@ -302,6 +308,13 @@ class TranslationDataModule(pl.LightningDataModule):
                     "TranslationDataModule shards its own token-budget batches: build the Trainer with "
                     "use_distributed_sampler=False"
                 )
+        plan = self.batch_plan(world)
+        if trainer is not None and trainer.accumulate_grad_batches != plan.accumulation:
+            raise RuntimeError(
+                f"the trainer accumulates {trainer.accumulate_grad_batches} micro-batches, but a step of "
+                f"data.batch_tokens = {self.data_cfg.batch_tokens} over {world} device(s) needs {plan.accumulation} of "
+                f"{plan.device_tokens} tokens: build it with accumulate_grad_batches=batch_plan(...).accumulation"
+            )
         epoch_fn = (lambda: trainer.current_epoch) if trainer is not None else None
         sampler = self.train_sampler(rank, world, epoch_fn)
         if trainer is None:

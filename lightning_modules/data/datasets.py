@@ -18,6 +18,9 @@ from .generated import write_corpus
 
 WMT14_DEFAULT = DEFAULT_CACHE_DIR / "wmt14-en-de"
 WMT14_SPLITS = {"train": "train", "dev": "newstest2013", "test": "newstest2014"}
+# Lines of the paper's dev and test sets (newstest2013; the full newstest2014, not sacreBLEU's filtered 2,737): a
+# placed file of another length is another set, and its BLEU would not be comparable with the paper's.
+WMT14_LINES = {"newstest2013": 3000, "newstest2014": 3003}
 
 
 def generated_corpus_dir(data_cfg: DataConfig) -> Path:
@@ -95,7 +98,13 @@ def _fetch_sacrebleu(test_set: str, directory: Path, split: str) -> None:
 
 def _fetch_hf_train(directory: Path) -> None:
     """Write train.en / train.de from Hugging Face ``datasets`` ("wmt14", "de-en"), when it is installed and online."""
-    import datasets  # noqa: F401  (optional dependency)
+    try:
+        import datasets  # optional: the `wmt` extra
+    except ImportError:
+        raise CorpusError(
+            "the WMT14 training data is fetched with Hugging Face `datasets`, which is not installed: "
+            "pip install 'attention-ablations[wmt]' (or place train.en / train.de yourself)"
+        ) from None
 
     train = datasets.load_dataset("wmt14", "de-en", split="train")
     pairs = train["translation"]
@@ -171,4 +180,19 @@ def ensure_wmt14(directory: PathLike, src_lang: str = "en", tgt_lang: str = "de"
         if problems:
             message += "\n(automatic download failed: " + "; ".join(problems) + ")"
         raise CorpusError(message)
+    for split, expected in WMT14_LINES.items():
+        for lang in ("en", "de"):
+            path = directory / f"{split}.{lang}"
+            with open(path, "rb") as handle:
+                lines = sum(1 for _ in handle)
+            if lines != expected:
+                raise CorpusError(
+                    f"{path}: {lines:,} lines, expected {expected:,} ({split}"
+                    + (
+                        ", the full set (sacreBLEU wmt14/full), not the filtered 2,737 lines"
+                        if expected == 3003
+                        else ""
+                    )
+                    + "); replace the file, or delete it to fetch it again"
+                )
     return directory
