@@ -20,13 +20,15 @@ Positional = Literal["sinusoidal", "learned", "rope", "none"]
 NormPlacement = Literal["post", "pre", "deepnorm"]
 Norm = Literal["layernorm", "rmsnorm"]
 Ffn = Literal["relu", "gelu", "swiglu"]
-Dataset = Literal["generated", "multi30k", "wmt14-en-de", "dir"]
+# Translation corpora, then the parsing datasets (section 6.3): a sentence translated into its linearised tree.
+Dataset = Literal["generated", "multi30k", "wmt14-en-de", "dir", "treebank", "ptb"]
 Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
 POSITIONAL = typing.get_args(Positional)
 NORM_PLACEMENT = typing.get_args(NormPlacement)
 NORM = typing.get_args(Norm)
 FFN = typing.get_args(Ffn)
 DATASETS = typing.get_args(Dataset)
+PARSING_DATASETS = ("treebank", "ptb")  # the built-in treebank (generated.py) and a Penn Treebank directory
 PRECISION = typing.get_args(Precision)
 
 
@@ -147,7 +149,9 @@ class DataConfig:
     """Which corpus, which splits, and how it is cut into word pieces and batches."""
 
     dataset: Dataset = "generated"
-    path: Optional[str] = None  # a corpus directory to read; the generated corpus never uses it (it lives in the cache)
+    # A corpus (or, for dataset=ptb, treebank) directory to read; the built-in corpus and treebank never use it
+    # (they live in the cache).
+    path: Optional[str] = None
     src_lang: str = "en"
     tgt_lang: str = "de"
     train_split: str = "train"
@@ -156,8 +160,8 @@ class DataConfig:
     vocab_size: int = 37000  # joint BPE vocabulary: the model's too (its embeddings and output projection)
     max_tokens: int = 256  # longer training pairs (in word pieces) are skipped and counted
     batch_tokens: int = 25000  # per side, per device, per step (the paper: ~25k source + 25k target)
-    generated_pairs: int = 50000  # size of the built-in corpus' training split
-    generated_seed: int = 1234
+    generated_pairs: int = 50000  # size of the built-in corpus' training split (dataset=treebank: training trees)
+    generated_seed: int = 1234  # the built-in corpus' (and treebank's) seed
     num_workers: int = 0
     cache_dir: Optional[str] = None  # where tokenizers and encoded corpora are cached
 
@@ -167,6 +171,21 @@ class DataConfig:
         _check_choice(own, "dataset", self.dataset, DATASETS)
         if self.dataset in ("multi30k", "dir") and not self.path:
             _fail(own, "path", self.path, f"a corpus directory for dataset={self.dataset!r}")
+        if self.dataset == "ptb" and not self.path:
+            _fail(
+                own,
+                "path",
+                self.path,
+                "a directory of bracketed trees for dataset='ptb' (WSJ 02-21 / 22 / 23; --data DIR sets it)",
+            )
+        if self.dataset == "treebank" and self.path:
+            _fail(
+                own,
+                "path",
+                self.path,
+                "no path for dataset='treebank' (the built-in treebank lives in the cache, data.cache_dir); "
+                "to parse the treebank in that directory, set data.dataset=ptb, as --data does",
+            )
         if self.dataset == "generated" and self.path:
             # A path names a corpus to read; the built-in corpus is written only to the cache, so a user's files
             # are never replaced by it.
@@ -189,6 +208,11 @@ class DataConfig:
                 self.batch_tokens,
                 f"at least max_tokens ({self.max_tokens}) so every pair fits a batch",
             )
+
+    @property
+    def task(self) -> str:
+        """``parsing`` for the treebanks (source: the words, target: the linearised tree), else ``translation``."""
+        return "parsing" if self.dataset in PARSING_DATASETS else "translation"
 
 
 @dataclass(frozen=True)
