@@ -352,7 +352,7 @@ def translation_scores(dev: dict[str, Any], test: dict[str, Any]) -> dict[str, A
     }
 
 
-PARSE_SCORES = ("f1", "precision", "recall", "exact", "invalid", "repairs", "evalb_errors")
+PARSE_SCORES = ("f1", "precision", "recall", "exact", "invalid", "repairs", "evalb_errors", "sentences")
 
 
 def parse_scores(dev: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:

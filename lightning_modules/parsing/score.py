@@ -21,7 +21,7 @@ def score_parses(hypotheses: Sequence[str], golds: Sequence[Tree], leaves: Leave
     Returns ``f1``, ``precision``, ``recall`` (percent), ``exact`` (sentences matched completely), ``invalid`` (the
     outputs that were not a well-formed tree over their sentence and needed a repair), ``repairs`` (each repair
     kind summed over the outputs; ``wrapped`` counts outputs), ``evalb_errors`` (sentences EVALB left out: 0, since
-    a repaired tree always has the sentence's words), ``parse_signature`` and ``trees`` (the repaired trees).
+    a repaired tree always has the sentence's words), ``sentences`` (scored), ``parse_signature`` and ``trees`` (the repaired trees).
     """
     if len(hypotheses) != len(golds):
         raise ValueError(f"{len(hypotheses)} outputs but {len(golds)} gold trees: expected one tree per line")
@@ -43,6 +43,7 @@ def score_parses(hypotheses: Sequence[str], golds: Sequence[Tree], leaves: Leave
         "invalid": invalid,
         "repairs": repairs,
         "evalb_errors": result.errors,
+        "sentences": result.sentences,
         "parse_signature": SIGNATURE,
         "trees": [str(tree) for tree in trees],
     }
