@@ -3,13 +3,25 @@ pipeline trains on (words -> linearised tree), with clear errors for a missing o
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from ablations.sweep import apply_sets
 from lightning_modules.config import DataConfig, RunConfig
 from lightning_modules.data import CorpusError, TranslationDataModule
 from lightning_modules.data.treebank import SPLITS, parsing_corpus_dir, tree_directory, treebank_files
-from lightning_modules.parsing.trees import normalize, parse_output, read_tree, source_of, strip_tags, target_of
+from lightning_modules.parsing.trees import (
+    from_target,
+    normalize,
+    parse_output,
+    read_tree,
+    source_of,
+    strip_tags,
+    target_of,
+    to_target,
+)
 
 # PTB-format trees written for these tests (not WSJ text), with what the WSJ has: traces, function tags, indices,
 # PTB's unlabelled outer brackets, punctuation.
@@ -102,3 +114,61 @@ def test_the_builtin_treebank_lives_in_the_cache(tmp_path):
     assert [len(files[role].read_text().splitlines()) for role in ("train", "dev", "test")] == [30, 1000, 1000]
     corpus = parsing_corpus_dir(cfg)
     assert len((corpus / "test.words").read_text().splitlines()) == 1000
+
+
+@pytest.mark.slow
+def test_every_tree_of_the_tiny_scales_builtin_treebank_round_trips(tmp_path):
+    from ablations.sweep import expand, load_sweep, scale_named
+    from lightning_modules.data.generated import generate_treebank
+    from lightning_modules.data.treebank import TREEBANK_FILES
+
+    sweep_path = Path(__file__).resolve().parent.parent / "sweeps" / "table4.yaml"
+    (spec,) = expand(load_sweep(sweep_path), scale_named(sweep_path, "tiny"), seeds=[0])
+    cfg = dataclasses.replace(spec.config.data, cache_dir=str(tmp_path / "cache"))
+    directory = tree_directory(cfg)
+    counted = 0
+    for role in ("train", "dev", "test"):
+        for line in (directory / TREEBANK_FILES[role][0]).read_text().splitlines():
+            tree = read_tree(line)
+            assert normalize(tree) == tree  # nothing for the normalisation to remove
+            for leaves, expected in (("pos", tree), ("xx", strip_tags(tree))):
+                again, repair = from_target(to_target(tree, leaves), tree.words(), leaves)
+                assert again == expected and not repair.needed, line
+            counted += 1
+    assert counted == cfg.generated_pairs + 2000
+    assert generate_treebank(3, 1) == generate_treebank(3, 1)
+
+
+@pytest.mark.slow
+def test_a_tiny_parse_run_end_to_end(tmp_path):
+    """A placed PTB-style directory (trees from the generator), trained for a few steps: the record holds F1 and the
+    invalid-output counts, the repaired trees are written, and every output became a tree over its sentence."""
+    from ablations.train import train_run
+    from lightning_modules.config import EvalConfig, ModelConfig, TrainConfig
+    from lightning_modules.data.generated import generate_treebank
+
+    trees = [tree for _, tree in generate_treebank(240, 11)]
+    (tmp_path / "wsj").mkdir()
+    for name, lines in (("train.tree", trees[:200]), ("valid.tree", trees[200:220]), ("test.tree", trees[220:])):
+        (tmp_path / "wsj" / name).write_text("\n".join(lines) + "\n")
+    config = RunConfig(
+        model=ModelConfig(N=1, d_model=32, d_ff=64, h=4, max_positions=96, norm_placement="pre"),
+        data=DataConfig(
+            dataset="ptb",
+            path=str(tmp_path / "wsj"),
+            vocab_size=300,
+            batch_tokens=512,
+            max_tokens=96,
+            cache_dir=str(tmp_path / "cache"),
+        ),
+        train=TrainConfig(max_steps=8, warmup_steps=2, val_every_steps=4, checkpoint_every_steps=4),
+        eval=EvalConfig(beam_size=3, length_penalty=0.3, max_len_offset=300, dev_bleu_sentences=5),
+    )
+    metrics = train_run(config, tmp_path / "run", progress=False)
+    assert metrics["status"] == "done" and metrics["test_sentences"] == 20 and metrics["test_evalb_errors"] == 0
+    assert 0 <= metrics["test_f1"] <= 100 and 0 <= metrics["test_invalid"] <= 20 and "dev_bleu" not in metrics
+    assert set(metrics["test_repairs"]) >= {"closed_at_end", "leaves_added", "wrapped"}
+    parses = (tmp_path / "run" / "test.parse").read_text().splitlines()
+    words = (tmp_path / "cache").glob("corpus/parsing-*/test.words")
+    assert [read_tree(p).words() for p in parses] == [line.split() for line in next(words).read_text().splitlines()]
+    assert "dev/f1" in (tmp_path / "run" / "logs" / "attempt-1" / "metrics.csv").read_text().splitlines()[0]
