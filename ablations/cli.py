@@ -107,7 +107,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             nodes=args.nodes,
         )
         return 0
-    keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
+    if config.data.task == "parsing":
+        keys = ("status", "dev_ppl", "dev_f1", "test_f1", "test_invalid", "steps", "wall_seconds")
+    else:
+        keys = ("status", "dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "steps", "wall_seconds")
     with train_lock(run_dir):  # one trainer per run folder, whoever started it
         record = read_metrics(run_dir) or {}
         if record.get("status") == "done" and not getattr(args, "force", False):

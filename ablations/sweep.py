@@ -22,7 +22,7 @@ from lightning_modules.config import SECTIONS, RunConfig
 # Paper-unit names that are not model fields.
 ALIASES = {"eps_ls": "train.eps_ls", "train_steps": "train.max_steps"}
 WIDTH_FIELDS = ("d_model", "d_ff", "d_k", "d_v")
-PAPER_FIGURES = ("ppl", "bleu", "params_m")
+PAPER_FIGURES = ("ppl", "bleu", "params_m", "f1")  # f1: Table 4's WSJ 23 F1
 
 
 def _field_names(section: str) -> list[str]:
@@ -74,18 +74,22 @@ def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any], where:
 
 
 DATA_HELP = (
-    "your corpus directory, only ever read: {train,valid,test}.{en,de}; sets data.path and, at a scale that "
-    "would generate its corpus, data.dataset=dir"
+    "your corpus directory, only ever read: {train,valid,test}.{en,de} (a parsing sweep: train.tree, valid.tree, "
+    "test.tree or WSJ's 02-21.tree, 22.tree, 23.tree); sets data.path and, at a scale that would generate its "
+    "corpus or treebank, data.dataset=dir (ptb)"
 )
+# The dataset a corpus path stands for where the scale would generate one: a translation corpus or a treebank.
+READ_INSTEAD = {"generated": "dir", "treebank": "ptb"}
 
 
 def apply_sets(values: dict[str, Any], sets: Mapping[str, Any]) -> dict[str, Any]:
     """`--set` / `--data` applied last, in run units. A corpus path always means "read my corpus there": where the
-    scale would generate the built-in corpus (and `--set` names no dataset), the run switches to `dir`."""
+    scale would generate the built-in corpus (and `--set` names no dataset), the run switches to `dir`; where it
+    would generate the built-in treebank, to `ptb`."""
     out = apply_overrides(values, sets, "--set")
     names_dataset = any(canonical_key(str(key), "--set") == "data.dataset" for key in sets)
-    if out["data"]["path"] is not None and out["data"]["dataset"] == "generated" and not names_dataset:
-        out["data"]["dataset"] = "dir"
+    if out["data"]["path"] is not None and out["data"]["dataset"] in READ_INSTEAD and not names_dataset:
+        out["data"]["dataset"] = READ_INSTEAD[out["data"]["dataset"]]
     return out
 
 
@@ -105,6 +109,7 @@ class PaperFigures:
     ppl: Optional[float] = None
     bleu: Optional[float] = None
     params_m: Optional[float] = None
+    f1: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,7 @@ class Sweep:
     rows: tuple[Row, ...]
     seeds: tuple[int, ...] = (0,)
     description: str = ""
+    scales: Optional[Path] = None  # the file's own scale presets (`scales:`), resolved beside it
 
     def row(self, row_id: str) -> Row:
         for row in self.rows:
@@ -227,7 +233,7 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     data = read_yaml(path)
     _expect(isinstance(data, dict), str(path), "a mapping with name, base, rows", type(data).__name__)
-    known = {"name", "description", "base", "rows", "seeds"}
+    known = {"name", "description", "base", "rows", "seeds", "scales"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{path}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}")
@@ -270,7 +276,8 @@ def load_sweep(path: str | Path) -> Sweep:
                 value,
             )
         rows.append(Row(row_id, group, dict(overrides), PaperFigures(**paper)))
-    sweep = Sweep(name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")))
+    scales = own_scales(path, data)
+    sweep = Sweep(name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")), scales)
     for row in sweep.rows:
         paper_units(sweep, row)
     return sweep
@@ -339,15 +346,32 @@ SCALES_ENV = "ABLATE_SCALES"  # the `--scales FILE` of a command, set by the CLI
 PROJECT_SCALES = Path(__file__).resolve().parent.parent / "sweeps" / "scales.yaml"  # the project's presets
 
 
+def own_scales(path: Path, data: Any) -> Optional[Path]:
+    """The presets a sweep file names with `scales: FILE` (a path beside it), checked; None without the key."""
+    if not isinstance(data, dict) or data.get("scales") is None:
+        return None
+    value = data["scales"]
+    _expect(isinstance(value, str) and value, f"{path}: scales", "the file name of scale presets beside it", value)
+    named = path.parent / value
+    if not named.is_file():
+        raise ValueError(f"{path}: scales = {value!r}: no such file {named}")
+    return named
+
+
 def scales_path(sweep_path: str | Path) -> Path:
-    """Where a sweep's scale presets are: `--scales FILE` (ABLATE_SCALES) when given; else the `scales.yaml` beside
-    the sweep file; else the project's sweeps/scales.yaml (so a sweep file of one's own may sit anywhere)."""
+    """Where a sweep's scale presets are: `--scales FILE` (ABLATE_SCALES) when given; else the file the sweep names
+    with `scales:` (Table 4's parsing presets: its tiny scale is a treebank's, not the translation corpus'); else the
+    `scales.yaml` beside the sweep file; else the project's sweeps/scales.yaml (so a sweep file of one's own may sit
+    anywhere)."""
     given = os.environ.get(SCALES_ENV, "").strip()
     if given:
         path = Path(given)
         if not path.is_file():
             raise ValueError(f"--scales {path}: no such file")
         return path
+    named = own_scales(Path(sweep_path), read_yaml(Path(sweep_path))) if Path(sweep_path).is_file() else None
+    if named is not None:
+        return named
     beside = Path(sweep_path).parent / "scales.yaml"
     return beside if beside.is_file() else PROJECT_SCALES
 

@@ -34,7 +34,7 @@ REQUEUE_ENV = "ABLATE_REQUEUE"  # "submitit": train_run leaves requeueing to sub
 class StepProgress(pl.callbacks.ProgressBar):
     """A progress bar over optimiser steps (not epochs): step, loss, tokens/s, dev BLEU and ETA."""
 
-    SHOWN = ("train/loss", "train/tokens_per_s", "dev/ppl", "dev/bleu")
+    SHOWN = ("train/loss", "train/tokens_per_s", "dev/ppl", "dev/bleu", "dev/f1")
 
     def __init__(self, max_steps: int) -> None:
         super().__init__()
@@ -362,7 +362,35 @@ def final_evaluation(
     dev, test = module.results["dev"], module.results["test"]
     write_atomic(run_dir / f"dev{suffix}.hyp", "\n".join(dev.get("hypotheses", [])) + "\n")
     write_atomic(run_dir / f"test{suffix}.hyp", "\n".join(test.get("hypotheses", [])) + "\n")
+    for split, result in (("dev", dev), ("test", test)):
+        if "trees" in result:  # parsing: the outputs repaired into trees, as EVALB scored them
+            write_atomic(run_dir / f"{split}{suffix}.parse", "\n".join(result["trees"]) + "\n")
     return dev, test
+
+
+def translation_scores(dev: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "dev_bleu": dev.get("bleu"),
+        "dev_bleu_tok": dev.get("bleu_tok"),
+        "dev_chrf": dev.get("chrf"),
+        "test_bleu": test.get("bleu"),
+        "test_bleu_tok": test.get("bleu_tok"),
+        "test_chrf": test.get("chrf"),
+        "sacrebleu_signature": test.get("sacrebleu_signature"),
+        "bleu_tok_signature": test.get("bleu_tok_signature"),
+    }
+
+
+PARSE_SCORES = ("f1", "precision", "recall", "exact", "invalid", "repairs", "evalb_errors", "sentences")
+
+
+def parse_scores(dev: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    """A parsing run's scores, recorded as BLEU is for translation: EVALB F1, precision and recall on dev and test,
+    with how many outputs were invalid and how they were repaired (lightning_modules.parsing.score)."""
+    scores = {
+        f"{split}_{key}": result.get(key) for split, result in (("dev", dev), ("test", test)) for key in PARSE_SCORES
+    }
+    return {**scores, "parse_signature": test.get("parse_signature")}
 
 
 def result_metrics(
@@ -378,19 +406,13 @@ def result_metrics(
     checkpoint average under `averaged` when the run asks for one (Table 2's), cost, and what ran it."""
     train_seconds = module.train_seconds
     wall = time.time() - started
+    scores = parse_scores(dev, test) if config.data.task == "parsing" else translation_scores(dev, test)
     return {
         "dev_loss": dev["loss"],
         "dev_ppl": dev["ppl"],
-        "dev_bleu": dev.get("bleu"),
-        "dev_bleu_tok": dev.get("bleu_tok"),
-        "dev_chrf": dev.get("chrf"),
+        **scores,
         "test_loss": test["loss"],
         "test_ppl": test["ppl"],
-        "test_bleu": test.get("bleu"),
-        "test_bleu_tok": test.get("bleu_tok"),
-        "test_chrf": test.get("chrf"),
-        "sacrebleu_signature": test.get("sacrebleu_signature"),
-        "bleu_tok_signature": test.get("bleu_tok_signature"),
         "params": module.params,
         "steps": trainer.global_step,
         "train_tokens": module.train_tokens,

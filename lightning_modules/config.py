@@ -20,7 +20,8 @@ Positional = Literal["sinusoidal", "learned", "rope", "none"]
 NormPlacement = Literal["post", "pre", "deepnorm"]
 Norm = Literal["layernorm", "rmsnorm"]
 Ffn = Literal["relu", "gelu", "swiglu"]
-Dataset = Literal["generated", "multi30k", "wmt14-en-de", "dir"]
+# Translation corpora, then the parsing datasets (section 6.3): a sentence translated into its linearised tree.
+Dataset = Literal["generated", "multi30k", "wmt14-en-de", "dir", "treebank", "ptb"]
 MAX_LEXICON_SCALE = 16  # the generator's syllable inventories hold this many lexicons' worth of distinct words
 Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
 POSITIONAL = typing.get_args(Positional)
@@ -28,6 +29,7 @@ NORM_PLACEMENT = typing.get_args(NormPlacement)
 NORM = typing.get_args(Norm)
 FFN = typing.get_args(Ffn)
 DATASETS = typing.get_args(Dataset)
+PARSING_DATASETS = ("treebank", "ptb")  # the built-in treebank (generated.py) and a Penn Treebank directory
 PRECISION = typing.get_args(Precision)
 
 
@@ -148,7 +150,9 @@ class DataConfig:
     """Which corpus, which splits, and how it is cut into word pieces and batches."""
 
     dataset: Dataset = "generated"
-    path: Optional[str] = None  # a corpus directory to read; the generated corpus never uses it (it lives in the cache)
+    # A corpus (or, for dataset=ptb, treebank) directory to read; the built-in corpus and treebank never use it
+    # (they live in the cache).
+    path: Optional[str] = None
     src_lang: str = "en"
     tgt_lang: str = "de"
     train_split: str = "train"
@@ -162,8 +166,8 @@ class DataConfig:
     # The most one device holds in a micro-batch, per side (a memory cap); None: batch_tokens / devices. Below that,
     # gradient accumulation makes up the step (BatchPlan.accumulation).
     device_batch_tokens: Optional[int] = None
-    generated_pairs: int = 50000  # size of the built-in corpus' training split
-    generated_seed: int = 1234
+    generated_pairs: int = 50000  # size of the built-in corpus' training split (dataset=treebank: training trees)
+    generated_seed: int = 1234  # the built-in corpus' (and treebank's) seed
     # Content words of the built-in corpus times k (nouns, verbs, adjectives, adverbs, compounds, ambiguous words):
     # each word is seen k times less often, so a small model no longer learns the whole lexicon. 1 = the paper-free
     # default corpus; the `converged` scale raises it (sweeps/scales.yaml says why).
@@ -177,6 +181,21 @@ class DataConfig:
         _check_choice(own, "dataset", self.dataset, DATASETS)
         if self.dataset in ("multi30k", "dir") and not self.path:
             _fail(own, "path", self.path, f"a corpus directory for dataset={self.dataset!r}")
+        if self.dataset == "ptb" and not self.path:
+            _fail(
+                own,
+                "path",
+                self.path,
+                "a directory of bracketed trees for dataset='ptb' (WSJ 02-21 / 22 / 23; --data DIR sets it)",
+            )
+        if self.dataset == "treebank" and self.path:
+            _fail(
+                own,
+                "path",
+                self.path,
+                "no path for dataset='treebank' (the built-in treebank lives in the cache, data.cache_dir); "
+                "to parse the treebank in that directory, set data.dataset=ptb, as --data does",
+            )
         if self.dataset == "generated" and self.path:
             # A path names a corpus to read; the built-in corpus is written only to the cache, so a user's files
             # are never replaced by it.
@@ -211,6 +230,11 @@ class DataConfig:
                 self.batch_tokens,
                 f"at least max_tokens ({self.max_tokens}) so every pair fits a batch",
             )
+
+    @property
+    def task(self) -> str:
+        """``parsing`` for the treebanks (source: the words, target: the linearised tree), else ``translation``."""
+        return "parsing" if self.dataset in PARSING_DATASETS else "translation"
 
 
 @dataclass(frozen=True)

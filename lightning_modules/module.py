@@ -15,6 +15,7 @@ from .beam_search import beam_search
 from .config import RunConfig, TrainConfig
 from .flops import count_parameters
 from .metrics import score_translations
+from .parsing.score import score_parses
 from .transformer import Transformer
 
 
@@ -193,15 +194,18 @@ class TranslationModule(pl.LightningModule):
         n = len(references) if limit is None else min(limit, len(references))
         if len(self._hypotheses) == n and n > 0:
             hypotheses = [self._hypotheses[i] for i in range(n)]
-            result.update(score_translations(hypotheses, references[:n], self.config.data.tgt_lang))
+            if self.config.data.task == "parsing":  # outputs are linearised trees: repaired, then EVALB
+                result.update(score_parses(hypotheses, self.trainer.datamodule.gold_trees(split)[:n]))
+            else:
+                result.update(score_translations(hypotheses, references[:n], self.config.data.tgt_lang))
             result["bleu_sentences"] = n
             result["hypotheses"] = hypotheses
         self.results[split] = result
         self.log(f"{split}/loss", loss)
         self.log(f"{split}/ppl", result["ppl"], prog_bar=split == "dev")
-        for key in ("bleu", "bleu_tok", "chrf"):
+        for key in ("bleu", "bleu_tok", "chrf", "f1", "precision", "recall", "invalid"):
             if key in result:
-                self.log(f"{split}/{key}", result[key], prog_bar=split == "dev" and key == "bleu")
+                self.log(f"{split}/{key}", float(result[key]), prog_bar=split == "dev" and key in ("bleu", "f1"))
         return result
 
     def on_validation_epoch_start(self) -> None:

@@ -117,7 +117,7 @@ def test_curves_join_attempts_and_skip_the_final_evaluation(tmp_path):
     assert curves["dev/ppl"] == [(20, 9.0), (40, 6.0)]
     assert curves["train/loss"] == [(10, 5.0), (30, 3.9)]  # the resumed attempt's value for a repeated step
     assert curves["dev/bleu"] == []
-    assert read_curves(None) == {"dev/ppl": [], "dev/bleu": [], "train/loss": []}
+    assert read_curves(None) == {"dev/ppl": [], "dev/bleu": [], "dev/f1": [], "train/loss": []}
 
 
 # --------------------------------------------------------------------------------------------------------------

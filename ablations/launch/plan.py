@@ -93,7 +93,7 @@ def select(runs: list[Run], retry_failed: bool = False) -> list[Run]:
     return todo
 
 
-REUSED_RECORD = ("metrics.json", "dev.hyp", "test.hyp", "logs")  # a run's results; never its checkpoints
+REUSED_RECORD = ("metrics.json", "dev.hyp", "test.hyp", "dev.parse", "test.parse", "logs")  # never its checkpoints
 
 
 def finished_twin(run: Run, out: Path) -> Optional[Path]:

@@ -1,13 +1,13 @@
 """`ablate table SWEEP --scale S`: a sweep's table and everything built beside it, from run records only.
 
 Pure functions of the records: nothing is trained and no clock is read. The table (table3.py) is written as
-`<out>/<sweep>_<scale>.md`, `.csv` and `.tex`, with its plots under `<out>/plots/` (plots.py), Table 2 as
+`<out>/<sweep>_<scale>.md`, `.csv` and `.tex` (a parsing sweep's in Table 4's layout, table4.py, without plots), with its plots under `<out>/plots/` (plots.py), Table 2 as
 `<out>/table2_<scale>.*` when the sweep has base and big rows (table2.py), the table as data in
 `<out>/<sweep>_<scale>.json`, and the offline dashboard `<out>/index.html` over every table there
 (dashboard.py); the same records give the same bytes. `ablate table` selects runs as `ablate sweep` does (`--set`,
 `--data`, `--rows`, `--seeds`/`--seed-list`, `--runs` for sweep's `--out`), reads published records only with
 `--published`, and exits 1 without writing anything when a selected run is missing unless `--partial`. Layers, each importing only those below it: this module;
-plots, dashboard, table2; table3; collect (records, references, the bootstrap) and render (cells, writers).
+table4; plots, dashboard, table2; table3; collect (records, references, the bootstrap) and render (cells, writers).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from . import table4
 from .collect import RunRecord, Selection, collect, published_for, selecting, unfinished
 from .dashboard import write_dashboard, write_table_data
 from .plots import table_curves, write_plots
@@ -26,7 +27,12 @@ from .table3 import Table, build_table, write_table
 
 
 def write_outputs(table: Table, out: str | Path) -> list[Path]:
-    """The table, its plots, Table 2 when the sweep has base and big rows, the table as data, and the dashboard."""
+    """The table, its plots, Table 2 when the sweep has base and big rows, the table as data, and the dashboard;
+    for a parsing sweep, Table 4's layout and its data (no plots: they draw BLEU and PPL), and the dashboard."""
+    if table4.is_parsing(table.sweep, table.scale):
+        paths = table4.write_table(table, out)
+        paths.append(table4.write_table_data(table, table_curves(table), out))
+        return paths + [write_dashboard(out)]
     paths = write_table(table, out)
     curves = table_curves(table)
     paths += write_plots(table, out, curves)
@@ -107,8 +113,9 @@ def cmd_table(args: argparse.Namespace) -> int:
             if not args.partial:
                 print(f"ablate table: {message}", file=sys.stderr)
                 return 1
+        build = table4.build_table if table4.is_parsing(sweep, scale) else build_table
         table = selected_table(
-            build_table(args.sweep, args.scale, runs=args.runs, out=args.out), selection, describe_selection(args)
+            build(args.sweep, args.scale, runs=args.runs, out=args.out), selection, describe_selection(args)
         )
     for path in write_outputs(table, args.out):
         print(path)

@@ -22,8 +22,8 @@ from ..records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic
 from ..sweep import RunSpec, Scale, Sweep, expand, read_yaml
 
 PUBLISHED = ("done", "diverged", "failed")  # statuses that no longer change; only `done` runs enter the means
-RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp")
-CURVE_KEYS = ("dev/ppl", "dev/bleu", "train/loss")
+RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp", "dev.parse", "test.parse")  # .parse: parsing runs
+CURVE_KEYS = ("dev/ppl", "dev/bleu", "dev/f1", "train/loss")
 
 
 # --------------------------------------------------------------------------------------------------------------

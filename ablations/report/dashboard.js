@@ -41,6 +41,7 @@
     summary.appendChild(el('span', {'class': 'status-' + run.status}, run.status));
     var m = run.metrics;
     if (m.dev_bleu !== undefined) summary.appendChild(document.createTextNode(' \u00b7 dev BLEU ' + fmt(m.dev_bleu) + ', PPL ' + fmt(m.dev_ppl)));
+    if (m.test_f1 !== undefined) summary.appendChild(document.createTextNode(' \u00b7 test F1 ' + fmt(m.test_f1) + ', dev F1 ' + fmt(m.dev_f1) + ', invalid ' + fmt(m.test_invalid)));
     summary.appendChild(el('span', {'class': 'muted'}, ' ' + run.run_id));
     box.appendChild(summary);
     var links = el('p');

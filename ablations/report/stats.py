@@ -71,6 +71,11 @@ def paired_delta(row: Mapping[int, float], base: Mapping[int, float]) -> PairedD
     return PairedDelta(mean, (mean - half, mean + half), p_value, seeds)
 
 
+def seed_interval(values: Mapping[int, float]) -> PairedDelta:
+    """The mean of one metric over seeds with its 95 % t-interval: the paired formula against zero."""
+    return paired_delta(values, dict.fromkeys(values, 0.0))
+
+
 def tost_p(delta: PairedDelta, margin: float) -> Optional[float]:
     """p-value of the two one-sided t-tests that the true difference lies within (-margin, +margin)."""
     if delta.ci is None or delta.mean is None:

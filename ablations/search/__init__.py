@@ -6,7 +6,7 @@ A search file (YAML, data) names a sweep and its base row, a scale, the metric a
     sweep: table3.yaml            # relative to this file's folder, else to the current folder
     row: base
     scale: tiny
-    metric: dev_bleu              # dev_bleu (maximize), dev_loss or dev_ppl (minimize)
+    metric: dev_bleu              # dev_bleu or dev_f1 (parsing) (maximize), dev_loss or dev_ppl (minimize)
     direction: maximize           # optional; must agree with the metric
     budget: 8                     # trials, unless --trials says otherwise
     pruner: {type: median, n_startup_trials: 2, n_warmup_steps: 0}   # or {type: none}

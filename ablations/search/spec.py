@@ -15,6 +15,7 @@ METRICS = {  # metrics.json key -> (direction, metric the LightningModule logs a
     "dev_bleu": ("maximize", "dev/bleu"),
     "dev_loss": ("minimize", "dev/loss"),
     "dev_ppl": ("minimize", "dev/ppl"),
+    "dev_f1": ("maximize", "dev/f1"),  # parsing: labelled bracket F1 (EVALB)
 }
 
 FILE_KEYS = (

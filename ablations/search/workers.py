@@ -92,7 +92,7 @@ def run_trial(search: Search, study, trial, plan: WorkerPlan) -> tuple[str, Opti
         return "pruned", None, note
     value = record.get(search.metric)
     if code == 0 and record.get("status") == "done" and is_number(value):
-        for key in ("dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "steps", "wall_seconds"):
+        for key in ("dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "dev_f1", "test_f1", "steps", "wall_seconds"):
             if record.get(key) is not None:
                 trial.set_user_attr(key, record[key])
         return "complete", float(value), f"{search.metric} = {value:.4g}"

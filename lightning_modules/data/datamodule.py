@@ -14,12 +14,14 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import BatchPlan, DataConfig, batch_plan
+from ..parsing.trees import Tree
 from .batching import ResumableLoader, TokenBudgetBatchSampler
 from .cache import default_cache_dir
 from .corpus import CorpusError, CorpusSplits, PathLike, read_lines, resolve_splits
 from .datasets import dataset_directory, default_split_names
 from .encoding import EncodedSplit, load_or_encode_split
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, load_or_train_tokenizer, tokenizer_key
+from .treebank import SPLITS, SRC, TGT, gold_trees, parsing_corpus_dir, tree_symbols
 
 
 class PairDataset(Dataset):
@@ -100,6 +102,12 @@ class TranslationDataModule(pl.LightningDataModule):
 
     Batches are dicts: ``src``, ``tgt_in``, ``tgt_out`` (Long [B, ·]), ``n_src_tokens``, ``n_tgt_tokens`` (int),
     ``index`` (line numbers into ``dev_references`` / ``test_references``).
+
+    Parsing (``data.task == "parsing"``, treebank.py): the corpus is the treebank's parallel words -> linearised tree
+    files, and ``gold_trees(role)`` the trees the outputs are scored against. The vocabulary is shared, as the
+    paper's (one embedding matrix for source, target and output): one BPE over words and trees, in which every
+    tree token of the training targets is one piece of its own, so the output's brackets are a closed set of
+    whole tokens and the words are word pieces.
     """
 
     def __init__(
@@ -133,23 +141,29 @@ class TranslationDataModule(pl.LightningDataModule):
         self._encoded: dict[str, EncodedSplit] = {}
         self._datasets: dict[str, PairDataset] = {}
         self._texts: dict[str, tuple[list[str], list[str]]] = {}
+        self._gold: dict[str, list[Tree]] = {}
         self._tok_key: Optional[str] = None
 
     # -- preparation ------------------------------------------------------------------------------------------
     def _resolve(self) -> CorpusSplits:
         if self.splits is None:
             cfg = self.data_cfg
-            directory = self.corpus_dir or dataset_directory(cfg, download=self.download)
-            train, dev, test = default_split_names(cfg)
-            self.splits = resolve_splits(directory, cfg.src_lang, cfg.tgt_lang, train=train, dev=dev, test=test)
+            if cfg.task == "parsing":
+                directory = parsing_corpus_dir(cfg, download=self.download)
+                self.splits = resolve_splits(directory, SRC, TGT, SPLITS["train"], SPLITS["dev"], SPLITS["test"])
+            else:
+                directory = self.corpus_dir or dataset_directory(cfg, download=self.download)
+                train, dev, test = default_split_names(cfg)
+                self.splits = resolve_splits(directory, cfg.src_lang, cfg.tgt_lang, train=train, dev=dev, test=test)
         return self.splits
 
     def _load_tokenizer(self) -> spm.SentencePieceProcessor:
         if self.tokenizer is None:
             splits = self._resolve()
             files = [splits.train.src, splits.train.tgt]
-            self.tokenizer = load_or_train_tokenizer(files, self.data_cfg.vocab_size, self.cache_dir)
-            self._tok_key = tokenizer_key(files, self.data_cfg.vocab_size)
+            symbols = tree_symbols(splits.train.tgt) if self.data_cfg.task == "parsing" else ()
+            self.tokenizer = load_or_train_tokenizer(files, self.data_cfg.vocab_size, self.cache_dir, symbols=symbols)
+            self._tok_key = tokenizer_key(files, self.data_cfg.vocab_size, symbols=symbols)
         return self.tokenizer
 
     def _encode(self, role: str) -> EncodedSplit:
@@ -217,6 +231,14 @@ class TranslationDataModule(pl.LightningDataModule):
             files = dict(self._resolve().items())[role]
             self._texts[role] = (read_lines(files.src), read_lines(files.tgt))
         return self._texts[role]
+
+    def gold_trees(self, role: str) -> list[Tree]:
+        """Parsing: the normalised gold trees of the ``dev`` or ``test`` split, line-aligned with its sources."""
+        if self.data_cfg.task != "parsing":
+            raise ValueError(f"data.dataset = {self.data_cfg.dataset!r} is a translation corpus: it has no trees")
+        if role not in self._gold:
+            self._gold[role] = gold_trees(self._resolve().directory, role)
+        return self._gold[role]
 
     @property
     def dev_references(self) -> list[str]:

@@ -28,6 +28,7 @@ EOS_ID = 3
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 
 INPUT_SENTENCE_SIZE = 2_000_000  # sentences sampled for BPE training
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word (a space before it)
 
 
 def sentencepiece_threads(requested: Optional[int] = None) -> int:
@@ -44,8 +45,11 @@ def tokenizer_key(
     character_coverage: float = 1.0,
     input_sentence_size: int = INPUT_SENTENCE_SIZE,
     seed: int = 0,
+    symbols: Sequence[str] = (),
 ) -> str:
-    """The cache key of a tokenizer: the training files' content hashes and every training setting."""
+    """The cache key of a tokenizer: the training files' content hashes and every training setting (``symbols``
+    only when there are some, so the keys of tokenizers trained without them stay what they were)."""
+    extra = {"symbols": list(symbols)} if symbols else {}
     return cache_key(
         {
             "kind": "spm-bpe",
@@ -58,6 +62,7 @@ def tokenizer_key(
             "seed": seed,
             "normalization": "identity",
             "ids": list(SPECIAL_IDS),
+            **extra,
         }
     )
 
@@ -81,6 +86,7 @@ def load_or_train_tokenizer(
     input_sentence_size: int = INPUT_SENTENCE_SIZE,
     num_threads: Optional[int] = None,
     seed: int = 0,
+    symbols: Sequence[str] = (),
 ) -> spm.SentencePieceProcessor:
     """A joint BPE over ``train_files`` (source and target training text) with exactly ``vocab_size`` pieces.
 
@@ -88,6 +94,10 @@ def load_or_train_tokenizer(
     whitespace runs), all characters covered (``character_coverage=1.0``), at most ``input_sentence_size``
     sentences sampled for training. Cached in ``cache_dir/tokenizers/<key>/`` where the key hashes the files'
     contents and these settings; written to a temporary directory and renamed into place.
+
+    ``symbols`` (parsing: the tree tokens ``(NP``, ``)NP``, ``XX``) are pieces of their own, each with the word-start
+    mark, so a space-separated symbol is exactly one piece and never merged into or split by the BPE. Without the
+    mark sentencepiece would cut ``(NP`` into ``▁(`` + ``NP`` (it splits by Unicode script), doubling a target.
     """
     files = [Path(p).expanduser() for p in train_files]
     for path in files:
@@ -95,7 +105,7 @@ def load_or_train_tokenizer(
             raise CorpusError(f"tokenizer training file {path} does not exist")
         require_text(path, "tokenizer training")  # before sentencepiece, whose error names no file
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    key = tokenizer_key(files, vocab_size, character_coverage, input_sentence_size, seed)
+    key = tokenizer_key(files, vocab_size, character_coverage, input_sentence_size, seed, symbols)
     root = cache / "tokenizers"
     final = root / key[:24]
     model = final / "spm.model"
@@ -122,6 +132,7 @@ def load_or_train_tokenizer(
                 shuffle_input_sentence=True,
                 num_threads=sentencepiece_threads(num_threads),
                 minloglevel=2,
+                **({"user_defined_symbols": [WORD_START + symbol for symbol in symbols]} if symbols else {}),
             )
         except RuntimeError as e:
             match = _REACHABLE.search(str(e))
