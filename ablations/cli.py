@@ -446,8 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--workers",
         metavar="K|auto",
-        help="runs at a time (default: one per GPU, else 1); each gets cores // K. auto: one single-thread run per "
-        "core on CPU; with GPUs, runs per GPU by the largest run's parameters (4 under 10M, 2 under 100M, else 1: "
+        help="runs at a time (default: one per GPU; on CPU one single-thread run per core); each gets cores // K. "
+        "auto: one single-thread run per core on CPU; with GPUs, runs per GPU by the largest run's parameters (4 under 10M, 2 under 100M, else 1: "
         "a small model leaves most of a GPU idle), at most one per core",
     )
     sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")

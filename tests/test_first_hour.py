@@ -33,6 +33,15 @@ def test_workers_auto_is_one_run_per_core_on_cpu_and_several_per_gpu_for_small_m
         processes.parse_workers("0")
 
 
+def test_a_sweep_without_workers_uses_every_core_on_cpu_and_every_gpu_with_gpus(monkeypatch):
+    monkeypatch.setattr(processes, "available_cores", lambda: list(range(16)))
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
+    assert processes.default_workers() == 16  # one single-thread run per core, as --workers auto
+    assert [len(slot.cores) for slot in processes.make_slots(processes.default_workers())] == [1] * 16
+    monkeypatch.setattr(processes, "visible_gpus", lambda: ["0", "1", "2", "3", "4", "5", "6", "7"])
+    assert processes.default_workers() == 8 and processes.default_workers(gpus_per_run=8) == 1
+
+
 def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, capsys, monkeypatch):
     path = write_sweep(tmp_path / "sweep", tmp_path / "corpus", {"base": {}, "N2": {"model.N": 2}})
     out = tmp_path / "runs"

@@ -95,7 +95,10 @@ def make_slots(
 
 
 def default_workers(gpus_per_run: int = 1) -> int:
-    return max(1, len(visible_gpus()) // gpus_per_run)
+    """Runs at a time without --workers: one per GPU group; on CPU one single-thread run per core (as `auto`),
+    since a run's small matmuls gain less from a second thread than a second run gains from a core."""
+    gpus = len(visible_gpus())
+    return max(1, gpus // gpus_per_run) if gpus else max(1, len(available_cores()))
 
 
 # `--workers auto` on a GPU: runs per GPU (group) by the parameters of the largest run. A model this small leaves
