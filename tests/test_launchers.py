@@ -122,7 +122,8 @@ def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, tmp_path):
-    """USR2 (submitit's preemption signal) mid-training: TrainJob.checkpoint resubmits, the rerun resumes."""
+    """USR2 (submitit's preemption signal) mid-training: the step under way ends with a checkpoint, then
+    TrainJob.checkpoint resubmits and the rerun resumes."""
     import signal as signals
 
     path = write_sweep(tmp_path, corpus, {"base": {}})
@@ -149,6 +150,7 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, t
     assert job.result() == "done"
     record = read_metrics(run_dir)
     assert record["status"] == "done" and record["attempts"] == 2 and record["steps"] == 200, record
+    assert [stop["signal"] for stop in record["preemptions"]] == ["SIGUSR2"]
     assert "Requeued" in Path(job.paths.stdout).read_text()
     second = (run_dir / "logs" / "attempt-2" / "metrics.csv").read_text().splitlines()
     first_step = int(second[1].split(",")[second[0].split(",").index("step")])
