@@ -219,7 +219,18 @@ class TranslationModule(pl.LightningModule):
         for position, ids in zip(wanted, outputs):
             self._hypotheses[indices[position]] = decode(ids)
 
+    def _gather(self) -> None:
+        """Under DDP each rank evaluated its share of the split (data.EvalShard): make the loss sums the totals and
+        the hypotheses every rank's, so every rank scores the whole split as one rank would."""
+        strategy = self.trainer.strategy
+        self._sums = {name: strategy.reduce(total, reduce_op="sum") for name, total in self._sums.items()}
+        shares: list[Optional[dict[int, str]]] = [None] * self.trainer.world_size
+        torch.distributed.all_gather_object(shares, self._hypotheses)
+        self._hypotheses = {index: text for share in shares for index, text in (share or {}).items()}
+
     def _eval_end(self, split: str, references: list[str], limit: Optional[int]) -> dict[str, Any]:
+        if self.trainer.world_size > 1:
+            self._gather()
         tokens = self._sums["tokens"].clamp_min(1)
         loss = (self._sums["nll"] / tokens).item()
         result: dict[str, Any] = {

@@ -35,6 +35,7 @@ from lightning_modules.data import (
     load_or_train_tokenizer,
     resolve_splits,
 )
+from lightning_modules.data.batching import EvalShard
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI30K = Path("/work/shared/data/multi30k")
@@ -549,3 +550,16 @@ def test_multi30k_padding_efficiency(tmp_path):
     efficiency = sampler.padding_efficiency()
     print(f"Multi30k padding efficiency (BPE 8k, 4096 tokens): {efficiency}")
     assert efficiency["both"] >= 0.92
+
+
+def test_eval_shards_deal_every_batch_to_exactly_one_rank():
+    ls, lt = random_lengths(203)
+    batches = TokenBudgetBatchSampler(ls, lt, 300, shuffle=False, oversize="single")
+    for world in (2, 3, 4):
+        shards = [list(EvalShard(batches, rank, world)) for rank in range(world)]
+        assert [len(EvalShard(batches, rank, world)) for rank in range(world)] == [len(shard) for shard in shards]
+        dealt = sorted(map(tuple, (batch for shard in shards for batch in shard)))
+        assert dealt == sorted(map(tuple, batches))  # every batch once, so every sentence once
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    with pytest.raises(ValueError, match="rank 2 of 2"):
+        EvalShard(batches, 2, 2)

@@ -7,6 +7,7 @@ must never run inside the pytest process.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
@@ -429,6 +430,60 @@ def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_resume
     assert seen["resumed-rank0"]["rng_end"] == first["rng_end"]
     assert seen["resumed-rank1"]["rng_end"] == second["rng_end"]
     assert resumed["dev_loss"] == whole["dev_loss"]
+
+
+# `ablate train` noting, per rank, the dev sentences it decoded itself in the validation (a callback's epoch-end hook
+# runs before the module's, which gathers them), to PROBE_DIR/rank<r>.
+SHARE_PROBE = r"""
+import json, os, sys
+import lightning.pytorch as pl
+from ablations import cli
+
+class Shares(pl.Callback):
+    def on_validation_epoch_end(self, trainer, pl_module):
+        with open(os.path.join(os.environ["PROBE_DIR"], f"rank{trainer.global_rank}"), "w") as handle:
+            json.dump(sorted(pl_module._hypotheses), handle)
+
+cli.train_callbacks = lambda: [Shares()]
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_validation_split_over_two_ranks_scores_as_one_rank(corpus, tmp_path):
+    """The one validation (at the last step) runs on 2 gloo ranks, each decoding its share of the dev set; the final
+    evaluation of the same weights runs on rank 0 alone. Same BLEU and chrF (every hypothesis gathered, none twice:
+    BLEU is only scored when all are there) and the same dev loss up to summation order."""
+    config_path = base_config(tmp_path, corpus)
+    steps = 4
+    sets = {"train.max_steps": steps, "train.val_every_steps": steps, "eval.dev_bleu_sentences": "null"}
+    driver, shares = tmp_path / "shares.py", tmp_path / "shares"
+    driver.write_text(SHARE_PROBE)
+    shares.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", PROBE_DIR=str(shares))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    argv = [sys.executable, str(driver), "train", "--config", str(config_path), "--run-dir", str(tmp_path / "ddp")]
+    proc = subprocess.run(
+        argv + set_args(sets) + ["--devices", "2", "--accelerator", "cpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    record = read_metrics(tmp_path / "ddp")
+    assert record["status"] == "done", record
+    decoded = {path.name: set(json.loads(path.read_text())) for path in shares.iterdir()}
+    assert sorted(decoded) == ["rank0", "rank1"] and all(decoded.values())
+    assert not decoded["rank0"] & decoded["rank1"]  # each dev sentence decoded on one rank
+    assert decoded["rank0"] | decoded["rank1"] == set(range(12))  # the whole dev set (12 pairs)
+    with open(tmp_path / "ddp" / "logs" / "attempt-1" / "metrics.csv", newline="") as handle:
+        (validated,) = [row for row in csv.DictReader(handle) if row.get("dev/loss")]
+    # logged values are float32: equal to that precision
+    assert float(validated["dev/chrf"]) == pytest.approx(record["dev_chrf"], rel=1e-6) and record["dev_chrf"] > 0
+    assert float(validated["dev/bleu"]) == pytest.approx(record["dev_bleu"], rel=1e-6, abs=1e-9)
+    assert float(validated["dev/loss"]) == pytest.approx(record["dev_loss"], rel=1e-6)
 
 
 @pytest.mark.slow
