@@ -74,6 +74,11 @@ def train_callbacks() -> list:
     return optuna_callbacks_from_env()
 
 
+# `ablate train`'s exit code after a preemption checkpoint: 128 + the signal, as a shell reports a process the
+# signal ended (SIGTERM: 143), since it stopped on the signal, but with its step saved.
+PREEMPTED_EXIT = 128
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
@@ -91,21 +96,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.devices < 1:
         raise ValueError(f"--devices {args.devices}: expected a positive integer")
     from .records import read_metrics, run_folder
-    from .train import is_rank_zero, train_run
+    from .train import Preempted, is_rank_zero, train_run
 
     run_dir = Path(args.run_dir) if args.run_dir else run_folder(args.out, meta, config)
     callbacks = train_callbacks()
     if not is_rank_zero():  # a DDP rank >= 1 that Lightning started: rank 0 holds the lock and writes the records
-        train_run(
-            config,
-            run_dir,
-            meta,
-            progress=False,
-            devices=args.devices,
-            accelerator=args.accelerator,
-            callbacks=callbacks,
-            nodes=args.nodes,
-        )
+        try:
+            train_run(
+                config,
+                run_dir,
+                meta,
+                progress=False,
+                devices=args.devices,
+                accelerator=args.accelerator,
+                callbacks=callbacks,
+                nodes=args.nodes,
+            )
+        except Preempted as stop:
+            return PREEMPTED_EXIT + stop.signum
         return 0
     if config.data.task == "parsing":
         keys = ("status", "dev_ppl", "dev_f1", "test_f1", "test_invalid", "steps", "wall_seconds")
@@ -119,16 +127,20 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(json.dumps({k: record.get(k) for k in keys}, indent=2))
             return 0
         print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
-        metrics = train_run(
-            config,
-            run_dir,
-            meta,
-            progress=sys.stderr.isatty(),
-            devices=args.devices,
-            accelerator=args.accelerator,
-            callbacks=callbacks,
-            nodes=args.nodes,
-        )
+        try:
+            metrics = train_run(
+                config,
+                run_dir,
+                meta,
+                progress=sys.stderr.isatty(),
+                devices=args.devices,
+                accelerator=args.accelerator,
+                callbacks=callbacks,
+                nodes=args.nodes,
+            )
+        except Preempted as stop:
+            print(f"ablate train: {stop}; {run_dir} resumes from its last checkpoint", file=sys.stderr)
+            return PREEMPTED_EXIT + stop.signum
     print(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
     return 0 if metrics.get("status") == "done" else 1
 

@@ -6,7 +6,10 @@ import io
 import logging
 import math
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -127,13 +130,86 @@ class GlobalTokenCount(pl.Callback):
 
 
 def cluster_plugins() -> list:
-    """No Lightning auto-requeue where submitit requeues the job (`ablate sweep --launcher slurm`): never twice."""
-    if os.environ.get(REQUEUE_ENV) == "submitit":
-        from lightning.pytorch.plugins.environments import SLURMEnvironment
+    """Under SLURM, its environment without Lightning's auto-requeue: Lightning's SIGUSR1 handler writes an
+    `hpc_ckpt_N.ckpt` in the middle of a step, which the resume (checkpoints/last.ckpt) never reads. CheckpointOnSignal
+    writes last.ckpt at the end of the step instead, and the run requeues after it (`requeue`): never twice."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-        if SLURMEnvironment.detect():
-            return [SLURMEnvironment(auto_requeue=False)]
-    return []
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
+# What schedulers send before they stop a job: SLURM's `--signal` (USR1 by Lightning's convention, USR2 by submitit's,
+# `ablate sweep --launcher slurm`), and TERM (SLURM's preemption and time limit; `ablate sweep` stopping its runs).
+PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+REQUEUE_SIGNAL = signal.SIGUSR1  # the one after which `ablate train` under SLURM (not submitit) requeues its job
+
+
+class Preempted(Exception):
+    """Training stopped on a preemption signal, at the end of optimiser step `step`, with checkpoints/last.ckpt
+    holding that step: a rerun resumes there and loses nothing."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name}: stopped after step {step}, checkpointed to resume there")
+        self.signum, self.step = signum, step
+
+
+class CheckpointOnSignal(pl.Callback):
+    """On a PREEMPTION_SIGNALS signal: finish the optimiser step under way, write `path` (last.ckpt), raise Preempted.
+
+    The handler only notes the signal: checkpointing inside it would save the middle of a step (half-applied
+    gradients, a loader position between micro-batches). At each step's end the ranks agree whether any of them was
+    signalled (SLURM signals every task, `ablate sweep` the process group, a user perhaps one process), so all save
+    together (saving is collective) and stop at the same step. Lightning installs its own SIGTERM handler when fit
+    starts; this one replaces it from on_train_start, and Lightning's teardown puts back the handlers from before fit.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.received = 0  # the first signal's number; 0: none
+        self._step = 0
+
+    def _note(self, signum: int, frame) -> None:
+        self.received = self.received or signum
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._step = trainer.global_step
+        if threading.current_thread() is threading.main_thread():  # Python lets only the main thread set handlers
+            for signum in PREEMPTION_SIGNALS:
+                signal.signal(signum, self._note)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        if trainer.global_step == self._step:
+            return  # a micro-batch that is not a step's last (accumulation), or a skipped step
+        self._step = trainer.global_step
+        signum = self.received
+        if trainer.world_size > 1:
+            flag = torch.tensor(signum, dtype=torch.int64, device=pl_module.device)
+            signum = int(trainer.strategy.reduce(flag, reduce_op=torch.distributed.ReduceOp.MAX))
+        if signum:
+            trainer.save_checkpoint(self.path)
+            raise Preempted(signum, trainer.global_step)
+
+
+def requeue(stop: Preempted) -> Optional[str]:
+    """After a preemption checkpoint under SLURM (outside submitit, which requeues its own jobs): on REQUEUE_SIGNAL,
+    requeue this job as Lightning's auto-requeue did (the job restarts `ablate train`, which resumes). What happened,
+    in words; None where nothing is to be requeued."""
+    if stop.signum != REQUEUE_SIGNAL or os.environ.get(REQUEUE_ENV) == "submitit" or not cluster_plugins():
+        return None
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}"
+    if not job.replace("_", "").isdigit():
+        return f"not requeued: no SLURM job id ({job!r})"
+    try:
+        result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"requeueing SLURM job {job} failed: {error}"
+    if result.returncode:
+        return f"requeueing SLURM job {job} failed: {result.stderr.strip() or f'exit code {result.returncode}'}"
+    return f"requeued SLURM job {job}"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -258,7 +334,7 @@ def fit_trainer(
         mode="max",
         save_last=True,
     )
-    fit_callbacks: list = [periodic, GlobalTokenCount()]
+    fit_callbacks: list = [periodic, GlobalTokenCount(), CheckpointOnSignal(run_dir / "checkpoints" / "last.ckpt")]
     if progress:
         fit_callbacks.append(StepProgress(train_cfg.max_steps))
     fit_callbacks += callbacks
@@ -467,6 +543,9 @@ def train_run(
     the command for ranks >= 1; under SLURM the job's tasks are the ranks). A step is `data.batch_tokens` per side
     over all ranks: each packs its share (`batch_plan`), accumulating micro-batches where `data.device_batch_tokens`
     caps it. Only rank 0 writes records and runs the final evaluation; the other ranks return {} after training.
+
+    On a preemption signal (SIGUSR1, SIGUSR2, SIGTERM) it checkpoints at the end of the step under way, records the
+    stop under `preemptions` and raises Preempted (after requeueing a SLURM job on SIGUSR1: `requeue`).
     """
     run_dir = Path(run_dir)
     meta = dict(meta or {})
@@ -506,6 +585,15 @@ def train_run(
             for split, result in (("dev", mean_dev), ("test", mean_test)):
                 averaged.update({f"{split}_{key}": result.get(key) for key in AVERAGED_KEYS})
         return update_metrics(run_dir, **result_metrics(config, module, trainer, dev, test, averaged, started))
+    except Preempted as stop:
+        # Still `running` (the folder reads stale, so `ablate sweep` resumes it), with the stop on record.
+        if lead:
+            note = {"signal": signal.Signals(stop.signum).name, "step": stop.step, "at": time.time()}
+            update_metrics(run_dir, preemptions=list(previous.get("preemptions") or []) + [note])
+            requeued = requeue(stop)
+            if requeued:
+                print(f"ablate train: {run_dir}: {requeued}", file=sys.stderr, flush=True)
+        raise
     except Exception as error:
         if lead:
             record_failure(run_dir, error)

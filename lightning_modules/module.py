@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from typing import Any, Optional
@@ -51,6 +52,15 @@ def make_optimizer(parameters, config: RunConfig, fused: Optional[bool] = None):
     d_model = config.model.d_model
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step + 1, d_model, cfg))
     return optimizer, schedule
+
+
+def dropout_seed(seed: int, rank: int) -> int:
+    """The seed of DDP rank `rank`'s dropout stream in a run of seed `seed` (rank 0 keeps `seed`'s own stream).
+
+    A hash, not seed + rank: with seed + rank, rank 1 of the seed-0 run would replay the stream of the seed-1 run,
+    and a sweep's seeds are meant to be independent."""
+    digest = hashlib.sha256(f"dropout {seed} {rank}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1  # torch.manual_seed takes up to 2^64 - 1; keep it positive
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad_id: int) -> tuple[Tensor, Tensor]:
@@ -121,6 +131,15 @@ class TranslationModule(pl.LightningModule):
     def on_train_end(self) -> None:
         self.train_seconds = time.perf_counter() - self._fit_started
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.trainer.global_rank > 0:
+            # Each DDP rank its own dropout masks: every rank was seeded alike (the same initial weights, which DDP
+            # also broadcasts from rank 0), so without this all would drop the same units of their batches. Only
+            # dropout draws from the global generators during training (batches are shuffled by seeded generators
+            # of their own); torch.manual_seed reseeds the CPU one (the native dropout's seeds) and every CUDA
+            # device's. Rank 0 keeps the run's stream, so a one-device run draws exactly as before.
+            torch.manual_seed(dropout_seed(self.config.seed, self.trainer.global_rank))
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["progress"] = {
             "train_tokens": self.train_tokens,
@@ -132,6 +151,16 @@ class TranslationModule(pl.LightningModule):
         checkpoint["rng"] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        if self.trainer.world_size > 1:
+            # Only rank 0 writes the checkpoint (every rank builds it: this is collective): it holds every rank's
+            # state, or all ranks would resume drawing rank 0's masks.
+            device = self.trainer.strategy.root_device
+            gathered = {"torch_ranks": torch.get_rng_state()}
+            if device.type == "cuda":
+                gathered["cuda_ranks"] = torch.cuda.get_rng_state(device)
+            for key, state in gathered.items():
+                # A tensor of its own each: set_rng_state crashed (a segfault) on a row of the gathered tensor.
+                checkpoint["rng"][key] = [row.clone() for row in self.all_gather(state.to(device)).cpu()]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         progress = checkpoint.get("progress", {})
@@ -139,6 +168,14 @@ class TranslationModule(pl.LightningModule):
         self.train_src_tokens = int(progress.get("train_src_tokens", 0))
         self.train_seconds = float(progress.get("train_seconds", 0.0))
         rng = checkpoint.get("rng", {})
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        if len(rng.get("torch_ranks", ())) == world > 1:
+            torch.set_rng_state(rng["torch_ranks"][rank])
+            if "cuda_ranks" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state(rng["cuda_ranks"][rank], self.trainer.strategy.root_device)
+            return
+        if rank > 0:
+            return  # saved by another number of ranks: this rank's own stream, from setup
         if "torch" in rng:
             torch.set_rng_state(rng["torch"])
         if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
@@ -183,7 +220,18 @@ class TranslationModule(pl.LightningModule):
         for position, ids in zip(wanted, outputs):
             self._hypotheses[indices[position]] = decode(ids)
 
+    def _gather(self) -> None:
+        """Under DDP each rank evaluated its share of the split (data.EvalShard): make the loss sums the totals and
+        the hypotheses every rank's, so every rank scores the whole split as one rank would."""
+        strategy = self.trainer.strategy
+        self._sums = {name: strategy.reduce(total, reduce_op="sum") for name, total in self._sums.items()}
+        shares: list[Optional[dict[int, str]]] = [None] * self.trainer.world_size
+        torch.distributed.all_gather_object(shares, self._hypotheses)
+        self._hypotheses = {index: text for share in shares for index, text in (share or {}).items()}
+
     def _eval_end(self, split: str, references: list[str], limit: Optional[int]) -> dict[str, Any]:
+        if self.trainer.world_size > 1:
+            self._gather()
         tokens = self._sums["tokens"].clamp_min(1)
         loss = (self._sums["nll"] / tokens).item()
         result: dict[str, Any] = {

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,7 +35,9 @@ from lightning_modules.data import (
     load_or_train_tokenizer,
     resolve_splits,
 )
+from lightning_modules.data.batching import EvalShard
 
+ROOT = Path(__file__).resolve().parent.parent
 MULTI30K = Path("/work/shared/data/multi30k")
 WORDS_EN = (
     "the a cat dog sat on mat big small red house tree runs jumps over under near blue green man woman child".split()
@@ -191,6 +197,67 @@ def test_tokenizer_vocab_too_large_names_the_limit(tmp_path):
         load_or_train_tokenizer([root / "train.en", root / "train.de"], limit, tmp_path / "cache").get_piece_size()
         == limit
     )
+
+
+# What each of the concurrent processes below runs: wait for GO, then prepare the data as a training process does
+# (TranslationDataModule.prepare_data and setup), noting each BPE training and each split it encodes in BUILDS. The
+# BPE training is held a second, so every process asks for the tokenizer while the first still builds it.
+PREPARE_DRIVER = r"""
+import hashlib, json, os, sys, time
+from pathlib import Path
+from lightning_modules.config import DataConfig
+from lightning_modules.data import TranslationDataModule, encoding, tokenizer
+
+def noted(kind, function, hold=0.0):
+    def wrapper(*args, **kwargs):
+        with open(os.environ["BUILDS"], "a") as handle:
+            handle.write(f"{kind} {os.getpid()}\n")
+        time.sleep(hold)
+        return function(*args, **kwargs)
+    return wrapper
+
+tokenizer.spm.SentencePieceTrainer.train = noted("bpe", tokenizer.spm.SentencePieceTrainer.train, hold=1.0)
+encoding.scan_split = noted("encode", encoding.scan_split)
+Path(os.environ["GO"] + f".ready-{os.getpid()}").touch()
+while not os.path.exists(os.environ["GO"]):
+    time.sleep(0.01)
+config = DataConfig(dataset="dir", path=sys.argv[1], vocab_size=64, batch_tokens=512, max_tokens=64, cache_dir=sys.argv[2])
+data = TranslationDataModule(config, seed=0, max_positions=128)
+data.prepare_data()
+data.setup("fit")
+model = hashlib.sha256(data.tokenizer.serialized_model_proto()).hexdigest()
+print(json.dumps({"model": model, "splits": {role: len(split) for role, split in data._datasets.items()}}))
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_processes_prepare_the_data_once_and_share_it(tmp_path):
+    """Three processes (the ranks of a DDP run under SLURM, or concurrent sweep workers) prepare the same data at the
+    same moment: one trains the BPE and encodes each split, the others wait for it and load the same entries."""
+    root = make_corpus(tmp_path / "c")
+    builds, go = tmp_path / "builds", tmp_path / "go"
+    env = dict(os.environ, BUILDS=str(builds), GO=str(go), OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    argv = [sys.executable, "-c", PREPARE_DRIVER, str(root), str(tmp_path / "cache")]
+    processes = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)
+    ]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("go.ready-*"))) < len(processes):  # all imported: they start within milliseconds
+        assert time.time() < deadline and all(p.poll() is None for p in processes)
+        time.sleep(0.05)
+    go.touch()
+    outputs, waited = [], 0
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err[-3000:]
+        outputs.append(json.loads(out.strip().splitlines()[-1]))
+        waited += "waiting for another process to finish building" in err
+    assert waited >= 2  # the two that did not train the BPE waited for it (and maybe for an encoding)
+    kinds = [line.split()[0] for line in builds.read_text().splitlines()]
+    assert kinds.count("bpe") == 1 and kinds.count("encode") == 3, kinds  # one BPE; train, dev and test once each
+    assert len({json.dumps(output, sort_keys=True) for output in outputs}) == 1  # all loaded the same data
+    assert not list((tmp_path / "cache").rglob(".tmp-*"))
 
 
 # ---------------------------------------------------------------------------------------------------- sampler
@@ -483,3 +550,16 @@ def test_multi30k_padding_efficiency(tmp_path):
     efficiency = sampler.padding_efficiency()
     print(f"Multi30k padding efficiency (BPE 8k, 4096 tokens): {efficiency}")
     assert efficiency["both"] >= 0.92
+
+
+def test_eval_shards_deal_every_batch_to_exactly_one_rank():
+    ls, lt = random_lengths(203)
+    batches = TokenBudgetBatchSampler(ls, lt, 300, shuffle=False, oversize="single")
+    for world in (2, 3, 4):
+        shards = [list(EvalShard(batches, rank, world)) for rank in range(world)]
+        assert [len(EvalShard(batches, rank, world)) for rank in range(world)] == [len(shard) for shard in shards]
+        dealt = sorted(map(tuple, (batch for shard in shards for batch in shard)))
+        assert dealt == sorted(map(tuple, batches))  # every batch once, so every sentence once
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    with pytest.raises(ValueError, match="rank 2 of 2"):
+        EvalShard(batches, 2, 2)

@@ -7,10 +7,12 @@ must never run inside the pytest process.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
@@ -122,7 +124,8 @@ def test_queued_runs_are_not_submitted_twice(corpus, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, tmp_path):
-    """USR2 (submitit's preemption signal) mid-training: TrainJob.checkpoint resubmits, the rerun resumes."""
+    """USR2 (submitit's preemption signal) mid-training: the step under way ends with a checkpoint, then
+    TrainJob.checkpoint resubmits and the rerun resumes."""
     import signal as signals
 
     path = write_sweep(tmp_path, corpus, {"base": {}})
@@ -149,6 +152,7 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(corpus, t
     assert job.result() == "done"
     record = read_metrics(run_dir)
     assert record["status"] == "done" and record["attempts"] == 2 and record["steps"] == 200, record
+    assert [stop["signal"] for stop in record["preemptions"]] == ["SIGUSR2"]
     assert "Requeued" in Path(job.paths.stdout).read_text()
     second = (run_dir / "logs" / "attempt-2" / "metrics.csv").read_text().splitlines()
     first_step = int(second[1].split(",")[second[0].split(",").index("step")])
@@ -265,12 +269,12 @@ def set_args(values: dict) -> list[str]:
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
-def base_config(tmp_path: Path, corpus: Path) -> Path:
-    """config.yaml of the test sweep's base row (d_model 32), dropout off: ranks draw their masks from identically
-    seeded generators, a single process from one stream, so only without dropout can their losses agree."""
+def base_config(tmp_path: Path, corpus: Path, dropout: bool = False) -> Path:
+    """config.yaml of the test sweep's base row (d_model 32), dropout off (`dropout`: on): each rank draws masks of
+    its own, a single process from one stream, so only without dropout can their losses agree."""
     from ablations.records import write_config
 
-    path = write_sweep(tmp_path, corpus, {"base": {"P_drop": 0.0}})
+    path = write_sweep(tmp_path, corpus, {"base": {"P_drop": 0.0 if not dropout else 0.1}})
     (run,) = plan.plan(path, "test", out=tmp_path / "runs")
     write_config(tmp_path / "base", run.spec.config, run.meta)
     return tmp_path / "base" / "config.yaml"
@@ -349,6 +353,137 @@ def test_ddp_on_two_cpu_processes_matches_one_process(corpus, tmp_path):
     # one checkpoint set, written by rank 0
     assert (tmp_path / "ddp" / "checkpoints" / "last.ckpt").exists()
     assert not list((tmp_path / "ddp").glob("metrics.json.*"))
+
+
+# `ablate train` with a probe: per rank, a digest of the initial weights (in `setup`, before DDP broadcasts rank 0's),
+# of a dropout mask from the native kernel and one from torch's (drawn on a fork of the RNG, so training is untouched)
+# at the start of training, and of the RNG state at its end, to PROBE_DIR/<run>-rank<r>.json. A file, not `-c`:
+# Lightning's DDP re-executes the script for rank 1.
+DROPOUT_PROBE = r"""
+import hashlib, json, os, sys
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from ablations import cli
+from lightning_modules import native, transformer
+
+def digest(tensor):
+    return hashlib.sha256(tensor.detach().float().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+class Probe(pl.Callback):
+    def setup(self, trainer, pl_module, stage):
+        self.seen = {"weights": digest(torch.cat([p.flatten() for p in pl_module.parameters()]))}
+
+    def on_train_start(self, trainer, pl_module):
+        with torch.random.fork_rng(devices=[]):
+            ones = torch.ones(4096)
+            self.seen |= {"native": digest(transformer.dropout(ones, 0.5, True)), "torch": digest(F.dropout(ones, 0.5))}
+        self.seen["native_available"] = native.available()
+
+    def on_train_end(self, trainer, pl_module):
+        self.seen["rng_end"] = digest(torch.get_rng_state())
+        run = os.path.basename(sys.argv[sys.argv.index("--run-dir") + 1])
+        with open(os.path.join(os.environ["PROBE_DIR"], f"{run}-rank{trainer.global_rank}.json"), "w") as handle:
+            json.dump(self.seen, handle)
+
+cli.train_callbacks = lambda: [Probe()]
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_resume_them(corpus, tmp_path):
+    """2 gloo ranks: the same initial weights, different dropout masks (native kernel and torch's), different streams
+    to the end. A copy of the run resumed from its step-4 checkpoint ends with each rank's stream where the
+    uninterrupted run's ended (each rank's state is checkpointed, not only rank 0's), with the same dev loss."""
+    config_path = base_config(tmp_path, corpus, dropout=True)
+    driver, probes = tmp_path / "probe.py", tmp_path / "probes"
+    driver.write_text(DROPOUT_PROBE)
+    probes.mkdir()
+    sets = {"train.max_steps": 8, "train.checkpoint_every_steps": 4, "train.val_every_steps": 100}
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", PROBE_DIR=str(probes))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"):
+        env.pop(key, None)
+
+    def train(run_dir: Path) -> dict:
+        argv = [sys.executable, str(driver), "train", "--config", str(config_path), "--run-dir", str(run_dir)]
+        argv += set_args(sets) + ["--devices", "2", "--accelerator", "cpu"]
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        record = read_metrics(run_dir)
+        assert record["status"] == "done" and record["steps"] == 8, record
+        return record
+
+    whole = train(tmp_path / "whole")
+    (tmp_path / "resumed" / "checkpoints").mkdir(parents=True)
+    shutil.copy(
+        tmp_path / "whole" / "checkpoints" / "step-0000004.ckpt", tmp_path / "resumed" / "checkpoints" / "last.ckpt"
+    )
+    resumed = train(tmp_path / "resumed")
+    seen = {path.stem: json.loads(path.read_text()) for path in probes.glob("*.json")}
+    first, second = seen["whole-rank0"], seen["whole-rank1"]
+    assert first["native_available"]  # the native kernel's noise is among the masks compared
+    assert first["weights"] == second["weights"]
+    assert first["native"] != second["native"] and first["torch"] != second["torch"]
+    assert first["rng_end"] != second["rng_end"]
+    assert seen["resumed-rank0"]["rng_end"] == first["rng_end"]
+    assert seen["resumed-rank1"]["rng_end"] == second["rng_end"]
+    assert resumed["dev_loss"] == whole["dev_loss"]
+
+
+# `ablate train` noting, per rank, the dev sentences it decoded itself in the validation (a callback's epoch-end hook
+# runs before the module's, which gathers them), to PROBE_DIR/rank<r>.
+SHARE_PROBE = r"""
+import json, os, sys
+import lightning.pytorch as pl
+from ablations import cli
+
+class Shares(pl.Callback):
+    def on_validation_epoch_end(self, trainer, pl_module):
+        with open(os.path.join(os.environ["PROBE_DIR"], f"rank{trainer.global_rank}"), "w") as handle:
+            json.dump(sorted(pl_module._hypotheses), handle)
+
+cli.train_callbacks = lambda: [Shares()]
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_validation_split_over_two_ranks_scores_as_one_rank(corpus, tmp_path):
+    """The one validation (at the last step) runs on 2 gloo ranks, each decoding its share of the dev set; the final
+    evaluation of the same weights runs on rank 0 alone. Same BLEU and chrF (every hypothesis gathered, none twice:
+    BLEU is only scored when all are there) and the same dev loss up to summation order."""
+    config_path = base_config(tmp_path, corpus)
+    steps = 4
+    sets = {"train.max_steps": steps, "train.val_every_steps": steps, "eval.dev_bleu_sentences": "null"}
+    driver, shares = tmp_path / "shares.py", tmp_path / "shares"
+    driver.write_text(SHARE_PROBE)
+    shares.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", PROBE_DIR=str(shares))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    argv = [sys.executable, str(driver), "train", "--config", str(config_path), "--run-dir", str(tmp_path / "ddp")]
+    proc = subprocess.run(
+        argv + set_args(sets) + ["--devices", "2", "--accelerator", "cpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    record = read_metrics(tmp_path / "ddp")
+    assert record["status"] == "done", record
+    decoded = {path.name: set(json.loads(path.read_text())) for path in shares.iterdir()}
+    assert sorted(decoded) == ["rank0", "rank1"] and all(decoded.values())
+    assert not decoded["rank0"] & decoded["rank1"]  # each dev sentence decoded on one rank
+    assert decoded["rank0"] | decoded["rank1"] == set(range(12))  # the whole dev set (12 pairs)
+    with open(tmp_path / "ddp" / "logs" / "attempt-1" / "metrics.csv", newline="") as handle:
+        (validated,) = [row for row in csv.DictReader(handle) if row.get("dev/loss")]
+    # logged values are float32: equal to that precision
+    assert float(validated["dev/chrf"]) == pytest.approx(record["dev_chrf"], rel=1e-6) and record["dev_chrf"] > 0
+    assert float(validated["dev/bleu"]) == pytest.approx(record["dev_bleu"], rel=1e-6, abs=1e-9)
+    assert float(validated["dev/loss"]) == pytest.approx(record["dev_loss"], rel=1e-6)
 
 
 @pytest.mark.slow

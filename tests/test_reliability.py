@@ -229,6 +229,92 @@ def test_sigkill_mid_epoch_then_resume_is_bit_exact(corpus, cache, reference, re
     reliability.records(expected=1, found=int(record["status"] == "done"))
 
 
+# `ablate train` that holds at the end of step RELIABILITY_PAUSE_STEP, after writing its pid to RELIABILITY_MARKER,
+# until the test removes the marker: the test signals it there, at a known point, and lets it go on.
+HOLD_DRIVER = r"""
+import os, sys, time
+import lightning.pytorch as pl
+from ablations import cli
+
+class Hold(pl.Callback):
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == int(os.environ["RELIABILITY_PAUSE_STEP"]):
+            marker = os.environ["RELIABILITY_MARKER"]
+            with open(marker, "w") as handle:
+                handle.write(str(os.getpid()))
+            while os.path.exists(marker):
+                time.sleep(0.02)
+
+cli.train_callbacks = lambda: [Hold()]
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+# A SLURM job's environment as srun gives one task (Lightning then takes the run for a SLURM job), with an
+# `scontrol` on PATH that writes its arguments to SCONTROL_LOG instead of requeueing anything.
+FAKE_SCONTROL = '#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n'
+
+
+def slurm_env(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
+    job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "ablate", "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}
+    ranks = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS_PER_NODE": "1"}
+    return job | ranks | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(tmp_path / "scontrol.log")}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1 under SLURM"])
+def test_a_preemption_signal_checkpoints_the_step_and_the_resumed_run_is_bit_exact(
+    signum, corpus, cache, reference, reliability, tmp_path
+):
+    """Signalled during step 22 (the last periodic checkpoint is step 20): the run finishes that step, writes
+    last.ckpt at step 23 (the first step's end after the signal), records the stop and exits with 128 + the signal.
+    Under SLURM, SIGUSR1 (`--signal`'s warning) also requeues the job with scontrol. Resumed, it trains steps 24..30
+    only and ends bit-exactly where an uninterrupted run does: no step lost, none trained twice."""
+    expected, expected_dir = reference(30)
+    config = run_config(corpus, cache, max_steps=30)
+    run_dir = tmp_path / "run"
+    write_config(run_dir, config, {"row": "preempted"})
+    marker = tmp_path / "holding"
+    slurm = slurm_env(tmp_path) if signum == signal.SIGUSR1 else {}
+    env = child_env(RELIABILITY_PAUSE_STEP="22", RELIABILITY_MARKER=str(marker), **slurm)
+    with reliability.fault(f"{signal.Signals(signum).name} mid-epoch"):
+        head = [sys.executable, "-c", HOLD_DRIVER]
+        argv = head + ["train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            wait_for(marker, process)
+            os.kill(process.pid, signum)
+            marker.unlink()
+            output, _ = process.communicate(timeout=120)
+        finally:
+            process.kill()
+        assert process.returncode == cli.PREEMPTED_EXIT + signum, output.decode()[-3000:]
+        record = read_metrics(run_dir)
+        assert record["status"] == "running"  # resumable: the folder reads stale
+        assert [(p["signal"], p["step"]) for p in record["preemptions"]] == [(signal.Signals(signum).name, 23)]
+        saved = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        assert saved["global_step"] == 23
+        if slurm:
+            assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+            assert not list(run_dir.glob("hpc_ckpt_*.ckpt"))  # Lightning's own requeue checkpoint is off
+
+        resumed = subprocess.run(train_argv(run_dir), cwd=ROOT, env=child_env(), capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        record = read_metrics(run_dir)
+        assert record["status"] == "done" and record["attempts"] == 2, record
+        assert_same_results(record, expected)
+        assert (run_dir / "test.hyp").read_text() == (expected_dir / "test.hyp").read_text()
+        got, want = csv_rows(run_dir), csv_rows(expected_dir)
+        assert sorted(got) == sorted(want)
+        for key, row in want.items():
+            assert {k: v for k, v in got[key].items() if k != "epoch"} == {
+                k: v for k, v in row.items() if k != "epoch"
+            }, key
+    reliability.records(expected=1, found=int(record["status"] == "done"))
+
+
 # --------------------------------------------------------------------------------------------------
 # The sweep runner killed mid-sweep; a diverging run; rerun
 # --------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ reports like the local launcher.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -56,10 +57,12 @@ class TrainJob:
     only rank 0 takes the run's lock and writes records. The task re-checks the run under its lock, as the local
     launcher does, since the run may have been trained or started elsewhere while the job was queued.
 
-    Requeue: submitit sends USR2 `signal_delay_s` before the time limit (and on preemption); it then calls
-    `checkpoint`, whose resubmission trains the same folder again, which resumes from `checkpoints/last.ckpt`.
-    Lightning's own SIGUSR1 auto-requeue is switched off in these jobs (ABLATE_REQUEUE=submitit) so that a job is
-    never requeued twice.
+    Requeue: submitit sends USR2 `signal_delay_s` before the time limit (and on preemption). Its handler would requeue
+    at once, losing the steps since the last periodic checkpoint, so during training train_run's own handler takes
+    the signal, checkpoints at the end of the step and raises Preempted; the task then calls submitit's handler, which
+    calls `checkpoint` (a resubmission training the same folder, which resumes from `checkpoints/last.ckpt`) and
+    requeues. Lightning's SIGUSR1 auto-requeue is off in every SLURM job (train.cluster_plugins), and train_run
+    requeues nothing itself under ABLATE_REQUEUE=submitit, so a job is never requeued twice.
     """
 
     def __init__(self, devices: int = 1, accelerator: str = "auto", nodes: int = 1) -> None:
@@ -68,11 +71,27 @@ class TrainJob:
         self.nodes = nodes
 
     def __call__(self, run_dir: str) -> str:
+        from ..train import Preempted
+
+        requeue = signal.getsignal(self.requeue_signal())  # submitit's handler, before training replaces it
+        try:
+            return self.train(Path(run_dir))
+        except Preempted as stop:
+            if stop.signum == self.requeue_signal() and callable(requeue):
+                requeue(stop.signum, None)  # rank 0: checkpoint() and requeue, then exit; other ranks: nothing
+            return f"preempted: {stop}"
+
+    @staticmethod
+    def requeue_signal() -> signal.Signals:
+        import submitit
+
+        return submitit.JobEnvironment._usr_sig()  # USR2, or $SUBMITIT_PREEMPT_SIGNAL
+
+    def train(self, run_dir: Path) -> str:
         from ..train import REQUEUE_ENV, is_rank_zero, train_run  # lazily: torch and Lightning
 
         os.environ.setdefault("WANDB_MODE", "offline")
         os.environ[REQUEUE_ENV] = "submitit"
-        run_dir = Path(run_dir)
         config, meta = read_config(run_dir / CONFIG_FILE)
         if not is_rank_zero():
             train_run(config, run_dir, meta, **self.placement())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -232,3 +233,24 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.batch_sampler.resume_at(int(state["epoch"]), int(state["consumed"]))
+
+
+class EvalShard:
+    """Rank `rank`'s share of an evaluation's batches: every `world_size`-th batch of `batches`, none repeated.
+
+    Validation under DDP decodes each dev sentence on one rank only (the module gathers the hypotheses and sums the
+    losses at the end). Unlike training's sharding, the ranks' batch counts may differ by one: evaluation has no
+    gradient to synchronise per batch, and repeating a batch to even them out would count its sentences twice.
+    The batches come sorted by length, so dealing them round-robin gives each rank a like share of the work.
+    """
+
+    def __init__(self, batches: TokenBudgetBatchSampler, rank: int, world_size: int) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"EvalShard: rank {rank} of {world_size}; expected 0 <= rank < world_size")
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return itertools.islice(iter(self.batches), self.rank, None, self.world_size)
+
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.batches), self.world_size))

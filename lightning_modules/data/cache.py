@@ -1,18 +1,21 @@
 """The data cache: where tokenizers, encodings and the built-in corpus live, keyed by content hashes.
 
 Every cached directory is written under a temporary name and renamed into place (``publish``), so a reader never
-sees half of one and concurrent processes that build the same entry keep one of them.
+sees half of one; a process that finds an entry being built waits for it (``building``) instead of building it too.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ..config import DataConfig
 from .corpus import PathLike
@@ -64,3 +67,26 @@ def publish(tmp: Path, final: Path) -> None:
         if not final.is_dir():
             raise
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def building(final: Path) -> Iterator[None]:
+    """Held while this process builds the cache entry `final` (check for it again inside, then build and publish).
+
+    The ranks of a DDP run under SLURM, or `ablate sweep`'s concurrent workers, all start by preparing the same data;
+    without this each would train the same BPE and encode the same corpus beside the others (at paper scale, a 37k
+    BPE and ~9M lines each). An exclusive flock on `.<name>.lock` beside the entry, waited for in the kernel: the
+    first process builds, the others wait and then find the entry. The kernel releases it when its holder exits or
+    is killed, so a build that died leaves no stale lock, only the next process to build it.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(final.parent / f".{final.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[data] waiting for another process to finish building {final}", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..config import BatchPlan, DataConfig, batch_plan
 from ..parsing.trees import Tree
-from .batching import ResumableLoader, TokenBudgetBatchSampler
+from .batching import EvalShard, ResumableLoader, TokenBudgetBatchSampler
 from .cache import default_cache_dir
 from .corpus import CorpusError, CorpusSplits, PathLike, read_lines, resolve_splits
 from .datasets import dataset_directory, default_split_names
@@ -270,7 +270,9 @@ class TranslationDataModule(pl.LightningDataModule):
         return self._load_tokenizer().decode(out)
 
     # -- loaders ----------------------------------------------------------------------------------------------
-    def _loader(self, dataset: PairDataset, sampler: TokenBudgetBatchSampler, **resumable: Any) -> DataLoader:
+    def _loader(
+        self, dataset: PairDataset, sampler: TokenBudgetBatchSampler | EvalShard, **resumable: Any
+    ) -> DataLoader:
         workers = self.data_cfg.num_workers
         # A generator of its own: every new iterator draws a base seed from it, which would otherwise come from the
         # global torch RNG that dropout uses, so validating (a new dev iterator) or resuming (a new training
@@ -353,6 +355,9 @@ class TranslationDataModule(pl.LightningDataModule):
         sampler = TokenBudgetBatchSampler(
             ls, lt, self.eval_batch_tokens, shuffle=False, max_sentences=self.eval_max_sentences, oversize="single"
         )
+        rank, world = self._rank_world()
+        if world > 1:  # each rank decodes its share; TranslationModule gathers the hypotheses and sums the losses
+            return self._loader(dataset, EvalShard(sampler, rank, world))
         return self._loader(dataset, sampler)
 
     def val_dataloader(self) -> DataLoader:

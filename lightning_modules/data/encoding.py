@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import sentencepiece as spm
 
-from .cache import FORMAT_VERSION, cache_key, default_cache_dir, file_digest, publish
+from .cache import FORMAT_VERSION, building, cache_key, default_cache_dir, file_digest, publish
 from .corpus import DEFAULT_MAX_CHARS, PathLike, SplitFiles, SplitReport, require_split, scan_split
 from .tokenizer import sentencepiece_threads
 
@@ -142,16 +142,23 @@ def load_or_encode_split(
     )
     root = cache / "encoded"
     final = root / f"{files.name}-{key[:24]}"
-    if (final / "report.json").is_file():
-        report = SplitReport(**json.loads((final / "report.json").read_text()))
-        report.role, report.src, report.tgt = role, str(files.src), str(files.tgt)
-        return EncodedSplit.load(final), report
+    if not (final / "report.json").is_file():
+        with building(final):
+            if not (final / "report.json").is_file():  # not built while this process waited
+                _encode_split(sp, files, role, final, num_threads)
+    report = SplitReport(**json.loads((final / "report.json").read_text()))
+    report.role, report.src, report.tgt = role, str(files.src), str(files.tgt)
+    return EncodedSplit.load(final), report
+
+
+def _encode_split(
+    sp: spm.SentencePieceProcessor, files: SplitFiles, role: str, final: Path, num_threads: Optional[int]
+) -> None:
     dtype = np.dtype(np.uint16 if sp.get_piece_size() <= np.iinfo(np.uint16).max + 1 else np.int32)
     encoder = _Encoder(sp, dtype, sentencepiece_threads(num_threads))
     report = scan_split(files, role, keep=encoder)
     encoded = encoder.result()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
     try:
         encoded.save(tmp)
         (tmp / "report.json").write_text(json.dumps(asdict(report), indent=1))
@@ -159,4 +166,3 @@ def load_or_encode_split(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return EncodedSplit.load(final), report

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import sentencepiece as spm
 
-from .cache import FORMAT_VERSION, cache_key, default_cache_dir, file_digest, publish
+from .cache import FORMAT_VERSION, building, cache_key, default_cache_dir, file_digest, publish
 from .corpus import CorpusError, PathLike, require_text
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ def load_or_train_tokenizer(
     Ids: pad 0, unk 1, bos 2, eos 3. Normalisation ``identity`` (no NFKC: decoding gives back the text, up to
     whitespace runs), all characters covered (``character_coverage=1.0``), at most ``input_sentence_size``
     sentences sampled for training. Cached in ``cache_dir/tokenizers/<key>/`` where the key hashes the files'
-    contents and these settings; written to a temporary directory and renamed into place.
+    contents and these settings; written to a temporary directory and renamed into place, by one process at a
+    time (``cache.building``: a concurrent caller waits for it, then loads it).
 
     ``symbols`` (parsing: the tree tokens ``(NP``, ``)NP``, ``XX``) are pieces of their own, each with the word-start
     mark, so a space-separated symbol is exactly one piece and never merged into or split by the BPE. Without the
@@ -109,10 +110,27 @@ def load_or_train_tokenizer(
     root = cache / "tokenizers"
     final = root / key[:24]
     model = final / "spm.model"
-    if model.is_file():
-        return _check_tokenizer(spm.SentencePieceProcessor(model_file=str(model)), vocab_size, model)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+    if not model.is_file():
+        with building(final):
+            if not model.is_file():  # not built while this process waited
+                _train_tokenizer(
+                    files, vocab_size, key, final, character_coverage, input_sentence_size, num_threads, seed, symbols
+                )
+    return _check_tokenizer(spm.SentencePieceProcessor(model_file=str(model)), vocab_size, model)
+
+
+def _train_tokenizer(
+    files: list[Path],
+    vocab_size: int,
+    key: str,
+    final: Path,
+    character_coverage: float,
+    input_sentence_size: int,
+    num_threads: Optional[int],
+    seed: int,
+    symbols: Sequence[str],
+) -> None:
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
     try:
         spm.set_random_generator_seed(seed)
         try:
@@ -162,4 +180,3 @@ def load_or_train_tokenizer(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     log.info("trained a %d-piece BPE tokenizer into %s", vocab_size, final)
-    return _check_tokenizer(spm.SentencePieceProcessor(model_file=str(model)), vocab_size, model)

@@ -41,10 +41,17 @@ def marian_config(cfg: ModelConfig, vocab_size: int):
     )
 
 
-def marian_model(cfg: ModelConfig, vocab_size: int) -> nn.Module:
+MARIAN_ATTENTION = ("sdpa", "eager")  # HF's attention implementations that the bench times Marian with
+
+
+def marian_model(cfg: ModelConfig, vocab_size: int, attention: str = "sdpa") -> nn.Module:
+    """A fresh MarianMTModel at our dimensions with HF's attention `attention`: "sdpa" (HF's default) or "eager" (plain
+    matmuls, which on CPU in bf16 run faster than SDPA's kernel, as ours do)."""
     from transformers import MarianMTModel
 
-    return MarianMTModel(marian_config(cfg, vocab_size))
+    if attention not in MARIAN_ATTENTION:
+        raise ValueError(f"marian_model: attention {attention!r}; expected one of {', '.join(MARIAN_ATTENTION)}")
+    return MarianMTModel._from_config(marian_config(cfg, vocab_size), attn_implementation=attention)
 
 
 def marian_forward(model: nn.Module) -> Callable[[dict[str, Any]], Tensor]:

@@ -85,6 +85,10 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     other = result["other_clock_ratios"]
     lines += [
         "",
+        "`train_vs_marian` is against the faster of Marian's two attention implementations: "
+        f"`train_vs_marian_sdpa` {result['train_vs_marian_sdpa']:.3f}, "
+        f"`train_vs_marian_eager` {result['train_vs_marian_eager']:.3f}.",
+        "",
         f"Clock: **{result['clock']}** time. The same ratios on the {other['clock']} clock: "
         + ", ".join(f"`{key}` {other[key]:.3f}" for key in RATIO_KEYS)
         + ".",
