@@ -563,3 +563,15 @@ def test_eval_shards_deal_every_batch_to_exactly_one_rank():
         assert max(map(len, shards)) - min(map(len, shards)) <= 1
     with pytest.raises(ValueError, match="rank 2 of 2"):
         EvalShard(batches, 2, 2)
+
+
+def test_eval_shards_give_every_rank_a_batch_when_the_split_has_fewer_batches_than_ranks():
+    # Found by the GPU check's 2-rank smoke: an 8-sentence dev set is one batch, and Lightning stops a rank with none.
+    ls, lt = random_lengths(8)
+    batches = TokenBudgetBatchSampler(ls, lt, 10_000, shuffle=False, oversize="single")
+    assert len(batches) == 1
+    shards = [list(EvalShard(batches, rank, 4)) for rank in range(4)]
+    assert [len(shard) for shard in shards] == [1, 1, 1, 1]
+    assert sorted(i for shard in shards for batch in shard for i in batch) == sorted(next(iter(batches)))
+    with pytest.raises(ValueError, match="8 sentences cannot be shared by 9 ranks"):
+        list(EvalShard(batches, 0, 9))

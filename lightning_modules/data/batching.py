@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -249,8 +248,22 @@ class EvalShard:
             raise ValueError(f"EvalShard: rank {rank} of {world_size}; expected 0 <= rank < world_size")
         self.batches, self.rank, self.world_size = batches, rank, world_size
 
+    def _share(self) -> list[list[int]]:
+        batches = list(self.batches)
+        if 0 < len(batches) < self.world_size:
+            # Fewer batches than ranks (a small dev set): Lightning wants a batch on every rank, so the sentences
+            # are dealt out instead, in one batch a rank.
+            indices = [i for batch in batches for i in batch]
+            if len(indices) < self.world_size:
+                raise ValueError(
+                    f"an evaluation split of {len(indices)} sentences cannot be shared by {self.world_size} ranks; "
+                    "expected at least one sentence a rank"
+                )
+            return [indices[self.rank :: self.world_size]]
+        return batches[self.rank :: self.world_size]
+
     def __iter__(self) -> Iterator[list[int]]:
-        return itertools.islice(iter(self.batches), self.rank, None, self.world_size)
+        return iter(self._share())
 
     def __len__(self) -> int:
-        return len(range(self.rank, len(self.batches), self.world_size))
+        return len(self._share())
