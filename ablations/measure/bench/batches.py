@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -48,6 +48,17 @@ def training_batches(data: TranslationDataModule, count: int, device: torch.devi
     dataset = data.dataset("train")
     indices = data.train_sampler().batches(0)[:count]
     return [to_device(collate_pairs([dataset[i] for i in batch]), device) for batch in indices]
+
+
+def epoch_batches(data: TranslationDataModule, device: torch.device) -> Callable[[int], Iterator[dict[str, Any]]]:
+    """Epoch -> its training batches, collated one at a time as they are drawn (for the decoding model's short run)."""
+    dataset = data.dataset("train")
+
+    def batches(epoch: int) -> Iterator[dict[str, Any]]:
+        for indices in data.train_sampler().batches(epoch):
+            yield to_device(collate_pairs([dataset[i] for i in indices]), device)
+
+    return batches
 
 
 def decode_sources(data: TranslationDataModule, options: BenchOptions, device: torch.device) -> list[Tensor]:

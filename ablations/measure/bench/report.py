@@ -62,7 +62,8 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         "- every contender: label-smoothed loss (ε 0.1), Adam(0.9, 0.98, 1e-9), inverse-sqrt schedule",
         f"- decoding: {d['sentences']} dev sentences in length-sorted batches of {o['decode_batch_sentences']}, beam "
         f"{d['beam_size']}, length penalty {d['length_penalty']}, max length the batch's longest source + 50 for all three, {o['decode_rounds']} rounds; "
-        "untrained weights (hypotheses run to the cap: every decoder does full-length work), copied into Marian for HF; "
+        f"our model after {d['model']['steps']} fp32 steps on the built-in corpus (cached in the data cache), copied "
+        "into Marian for HF, the same cap on both sides (L tokens, then EOS forced); "
         "in fp32 for all three at any --precision (the cached = uncached check needs exact arithmetic); our cached "
         "decoder's attention and beam candidates: "
         + (
@@ -122,7 +123,8 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     lines += [
         "",
         f"- cached and uncached outputs identical: {'yes' if d['cached_equals_uncached'] else 'NO'}; "
-        f"mean output length {d['mean_output_tokens']:.1f} tokens",
+        f"mean output length {d['mean_output_tokens']:.1f} tokens ({100 * d['at_length_cap']:.1f}% at the length "
+        f"cap; HF: {d['hf_mean_output_tokens']:.1f}, {100 * d['hf_at_length_cap']:.1f}%)",
         f"- HF holds our weights: teacher-forced logits differ by at most "
         f"{d['max_logit_difference_vs_marian']:.2e}; identical beam outputs for "
         f"{100 * d['same_output_as_hf']:.1f}% of sentences",
