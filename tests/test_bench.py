@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -64,6 +65,8 @@ def test_dims_choose_the_model_and_batch_and_the_command_line_says_so():
     assert BenchOptions.at("small") == BenchOptions()  # the defaults are the small preset's widths
     base = BenchOptions.at("base", quick=True, device="cpu")
     assert (base.d_model, base.d_ff, base.heads, base.layers, base.batch_tokens) == (512, 2048, 8, 6, 25_000)
+    assert (base.vocab_size, base.synthetic) == (37_000, True)  # the paper's vocabulary, on synthetic batches
+    assert not BenchOptions.at("small").synthetic
     assert base.rounds == BenchOptions.quick().rounds and base.model_config().head_dim_k == 64
     with pytest.raises(ValueError, match="bench dims = 'big'"):
         BenchOptions.at("big")
@@ -205,6 +208,20 @@ def test_the_decoding_model_is_trained_once_then_loaded_from_the_cache(tmp_path,
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
     other = trained.checkpoint_path(_tiny_trained_options(decode_train_steps=4))
     assert other != trained.checkpoint_path(quick)  # another run is another checkpoint
+
+
+def test_synthetic_batches_and_sources_span_the_whole_vocabulary():
+    synthetic = BenchOptions(
+        vocab_size=37_000, synthetic=True, batch_tokens=2048, decode_sentences=10, decode_batch_sentences=4
+    )
+    sources = batches.synthetic_decode_sources(synthetic, torch.device("cpu"))
+    assert [len(s) for s in sources] == [4, 4, 2]
+    real = torch.cat([s[s != PAD_ID] for s in sources])
+    assert int(real.max()) < 37_000 and int(real.max()) > 2000  # pieces beyond the built-in BPE's 2,000
+    epochs = batches.synthetic_epoch_batches(dataclasses.replace(synthetic, decode_train_steps=2), torch.device("cpu"))
+    first, second = epochs(0), epochs(1)
+    assert len(first) == 2 and all(b["n_tgt_tokens"] > 0 for b in first)
+    assert not torch.equal(first[0]["src"], second[0]["src"])  # each epoch draws other pieces
 
 
 @pytest.mark.slow

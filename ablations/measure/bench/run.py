@@ -6,7 +6,7 @@ import dataclasses
 import os
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -24,6 +24,8 @@ from .batches import (
     decode_sources,
     epoch_batches,
     multi30k_corpus,
+    synthetic_decode_sources,
+    synthetic_epoch_batches,
     training_batches,
 )
 from .contenders import (
@@ -126,11 +128,22 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     run = options.run_config()
     clock = options.clock
 
-    progress("data: built-in corpus")
-    data = built_in_corpus(options)
-    batches = training_batches(data, options.timed_batches + 1, device)
+    data: Optional[TranslationDataModule] = None
+    if options.synthetic:  # a vocabulary the built-in corpus cannot have (--dims base: 37k)
+        from ..gpu_check import synthetic_batches, wmt_like_lengths
+
+        progress(f"data: synthetic WMT-like batches, vocabulary {options.vocab_size:,}")
+        batches = synthetic_batches(
+            options.batch_tokens, options.timed_batches + 1, options.vocab_size, device, options.seed
+        )
+        src_len, tgt_len = wmt_like_lengths(200_000, options.seed)
+        padding = {"synthetic": bucketed_and_unbucketed(src_len + 1, tgt_len + 1, options.batch_tokens, options.seed)}
+    else:
+        progress("data: built-in corpus")
+        data = built_in_corpus(options)
+        batches = training_batches(data, options.timed_batches + 1, device)
+        padding = padding_of_corpora(options, data, progress)
     timed_tokens = sum(b["n_tgt_tokens"] for b in batches[1:])
-    padding = padding_of_corpora(options, data, progress)
 
     progress("training: ours (Lightning), bare loop, Marian (SDPA and eager attention), torch.nn.Transformer")
     peak: dict[str, float] = {}
@@ -157,7 +170,8 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
             "sentences_per_s": {"native": decode_rate["ours"], "pytorch": decode_rate["ours_without_native_kernels"]},
             "speedup": ratio(decode_rate["ours"], decode_rate["ours_without_native_kernels"]),
         }
-    levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
+    if data is not None:  # synthetic batches are collated up front, not as training would
+        levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
     levers["step_ms_ours"] = 1e3 * median_seconds(train_times["ours"], clock) / options.timed_batches
     levers["length_bucketing"] = padding
 
@@ -286,20 +300,21 @@ def time_training(
 def time_decoding(
     options: BenchOptions,
     cfg: ModelConfig,
-    data: TranslationDataModule,
+    data: Optional[TranslationDataModule],
     probe: dict[str, Any],
     device: torch.device,
     peak: dict[str, float],
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
-    """Our cached and uncached beam search and HF generate on our weights (and, where the native kernels build, our
+    """Our cached and uncached beam search (on `data`'s dev sentences, or synthetic sources when it is None) and HF generate on our weights (and, where the native kernels build, our
     cached search without them), interleaved; outputs checked to agree. Peak memory under `decode_<name>`."""
     # A trained model (a short run on the bench's corpus, cached: trained.py), so hypotheses end with EOS at about
     # the references' lengths, as a real model's do, and not at the length cap. The same weights for all three
     # (copied into Marian for HF); outputs are compared.
-    model, training = train_decoding_model(options, epoch_batches(data, device), device, progress)
+    epochs = synthetic_epoch_batches(options, device) if data is None else epoch_batches(data, device)
+    model, training = train_decoding_model(options, epochs, device, progress)
     hf = marian_from_ours(model)
-    sources = decode_sources(data, options, device)
+    sources = synthetic_decode_sources(options, device) if data is None else decode_sources(data, options, device)
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
 
     def ours_without_native_kernels() -> list[list[int]]:
