@@ -47,7 +47,7 @@ class BenchOptions:
     decode_sentences: int = 96
     decode_batch_sentences: int = 48
     decode_rounds: int = 5  # the decoders' ratio is the tightest: five rounds steady its medians
-    decode_train_steps: int = 300  # the decoding model's short fp32 run on the bench's corpus (cached: trained.py)
+    decode_train_steps: int = 500  # the decoding model's short fp32 run on the bench's corpus (cached: trained.py)
     beam_size: int = 4
     precision: str = "32-true"
     device: str = "cpu"

@@ -127,6 +127,14 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         f"- cached and uncached outputs identical: {'yes' if d['cached_equals_uncached'] else 'NO'}; "
         f"mean output length {d['mean_output_tokens']:.1f} tokens ({100 * d['at_length_cap']:.1f}% at the length "
         f"cap; HF: {d['hf_mean_output_tokens']:.1f}, {100 * d['hf_at_length_cap']:.1f}%)",
+        *(
+            [
+                "- **the decoding model's outputs are not realistic** (mostly empty or at the length cap): "
+                "its short run was too short for this corpus; raise `decode_train_steps`"
+            ]
+            if d["mean_output_tokens"] < 1 or d["at_length_cap"] > 0.5
+            else []
+        ),
         f"- HF holds our weights: teacher-forced logits differ by at most "
         f"{d['max_logit_difference_vs_marian']:.2e}; identical beam outputs for "
         f"{100 * d['same_output_as_hf']:.1f}% of sentences",
