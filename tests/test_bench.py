@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from ablations.measure.bench import batches, contenders, marian, options, report, run, timing
+from ablations.measure.bench import batches, contenders, marian, options, report, run, timing, trained
 from ablations.measure.bench.options import BenchOptions
 from ablations.provenance import code_commit
 from lightning_modules import native
@@ -64,6 +65,8 @@ def test_dims_choose_the_model_and_batch_and_the_command_line_says_so():
     assert BenchOptions.at("small") == BenchOptions()  # the defaults are the small preset's widths
     base = BenchOptions.at("base", quick=True, device="cpu")
     assert (base.d_model, base.d_ff, base.heads, base.layers, base.batch_tokens) == (512, 2048, 8, 6, 25_000)
+    assert (base.vocab_size, base.synthetic) == (37_000, True)  # the paper's vocabulary, on synthetic batches
+    assert not BenchOptions.at("small").synthetic
     assert base.rounds == BenchOptions.quick().rounds and base.model_config().head_dim_k == 64
     with pytest.raises(ValueError, match="bench dims = 'big'"):
         BenchOptions.at("big")
@@ -166,6 +169,76 @@ def test_cached_and_uncached_decoding_agree_and_hf_decodes_the_same_model(one_th
     hf = contenders.decode_hf(marian.marian_from_ours(model), sources, beam_size=4)
     assert len(hf) == len(cached)
     assert all(PAD_ID not in out and BOS_ID not in out and EOS_ID not in out for out in hf)
+    # Untrained, some hypotheses run to the cap: the same cap on both sides (L tokens, then only EOS)
+    longest = int((sources[0] != PAD_ID).sum(dim=1).max())
+    assert any(len(out) == longest + contenders.MAX_LEN_OFFSET for out in cached)
+    assert hf == cached
+
+
+def _tiny_trained_options(**overrides) -> BenchOptions:
+    settings = dict(
+        d_model=32,
+        d_ff=64,
+        heads=2,
+        layers=1,
+        P_drop=0.0,
+        vocab_size=120,
+        batch_tokens=512,
+        corpus_pairs=400,
+        decode_sentences=24,
+        decode_batch_sentences=12,
+        decode_train_steps=120,
+    )
+    settings.update(overrides)
+    return BenchOptions(**settings)
+
+
+def test_the_decoding_model_is_trained_once_then_loaded_from_the_cache(tmp_path, monkeypatch, one_thread):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    quick = _tiny_trained_options(decode_train_steps=3)
+    data = batches.built_in_corpus(quick)
+    device = torch.device("cpu")
+    first, info = trained.train_decoding_model(quick, batches.epoch_batches(data, device), device)
+    assert not info["cached"] and info["steps"] == 3
+    torch.manual_seed(quick.seed)
+    fresh = Transformer(quick.model_config(), quick.vocab_size, PAD_ID)
+    assert any(not torch.equal(a, b) for a, b in zip(first.state_dict().values(), fresh.state_dict().values()))
+    again, info = trained.train_decoding_model(quick, lambda epoch: iter(()), device)  # no batches needed
+    assert info["cached"]
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    other = trained.checkpoint_path(_tiny_trained_options(decode_train_steps=4))
+    assert other != trained.checkpoint_path(quick)  # another run is another checkpoint
+
+
+def test_synthetic_batches_and_sources_span_the_whole_vocabulary():
+    synthetic = BenchOptions(
+        vocab_size=37_000, synthetic=True, batch_tokens=2048, decode_sentences=10, decode_batch_sentences=4
+    )
+    sources = batches.synthetic_decode_sources(synthetic, torch.device("cpu"))
+    assert [len(s) for s in sources] == [4, 4, 2]
+    real = torch.cat([s[s != PAD_ID] for s in sources])
+    assert int(real.max()) < 37_000 and int(real.max()) > 2000  # pieces beyond the built-in BPE's 2,000
+    epochs = batches.synthetic_epoch_batches(dataclasses.replace(synthetic, decode_train_steps=2), torch.device("cpu"))
+    first, second = epochs(0), epochs(1)
+    assert len(first) == 2 and all(b["n_tgt_tokens"] > 0 for b in first)
+    assert not torch.equal(first[0]["src"], second[0]["src"])  # each epoch draws other pieces
+
+
+@pytest.mark.slow
+def test_a_trained_model_stops_at_eos_and_hf_generate_returns_our_hypotheses(tmp_path, monkeypatch, one_thread):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    quick = _tiny_trained_options()
+    data = batches.built_in_corpus(quick)
+    device = torch.device("cpu")
+    model, _ = trained.train_decoding_model(quick, batches.epoch_batches(data, device), device)
+    sources = batches.decode_sources(data, quick, device)
+    ours = contenders.decode_ours(model, sources, quick.beam_size, use_cache=True)
+    theirs = contenders.decode_hf(marian.marian_from_ours(model), sources, quick.beam_size)
+    caps = [int((s != PAD_ID).sum(dim=1).max()) + contenders.MAX_LEN_OFFSET for s in sources for _ in range(len(s))]
+    lengths = trained.output_lengths(ours, caps)
+    assert lengths["at_length_cap"] == 0.0 and lengths["mean_output_tokens"] > 1  # ended by EOS, not empty
+    assert sum(a == b for a, b in zip(ours, theirs)) / len(ours) >= 0.95
 
 
 @pytest.mark.slow

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -48,6 +49,46 @@ def training_batches(data: TranslationDataModule, count: int, device: torch.devi
     dataset = data.dataset("train")
     indices = data.train_sampler().batches(0)[:count]
     return [to_device(collate_pairs([dataset[i] for i in batch]), device) for batch in indices]
+
+
+def epoch_batches(data: TranslationDataModule, device: torch.device) -> Callable[[int], Iterator[dict[str, Any]]]:
+    """Epoch -> its training batches, collated one at a time as they are drawn (for the decoding model's short run)."""
+    dataset = data.dataset("train")
+
+    def batches(epoch: int) -> Iterator[dict[str, Any]]:
+        for indices in data.train_sampler().batches(epoch):
+            yield to_device(collate_pairs([dataset[i] for i in indices]), device)
+
+    return batches
+
+
+def synthetic_epoch_batches(options: BenchOptions, device: torch.device) -> Callable[[int], list[dict[str, Any]]]:
+    """Epoch -> `options.decode_train_steps` synthetic training batches (other random pieces each epoch)."""
+    from ..gpu_check import synthetic_batches
+
+    def batches(epoch: int) -> list[dict[str, Any]]:
+        seed = options.seed + 1000 * (epoch + 1)  # not the timed batches' seed
+        return synthetic_batches(options.batch_tokens, options.decode_train_steps, options.vocab_size, device, seed)
+
+    return batches
+
+
+def synthetic_decode_sources(options: BenchOptions, device: torch.device) -> list[Tensor]:
+    """Random sources of WMT-like lengths, length-sorted and cut into batches, as the GPU check decodes them."""
+    from ..gpu_check import FIRST_ID, wmt_like_lengths
+
+    src_len, _ = wmt_like_lengths(options.decode_sentences, seed=options.seed + 7)
+    rng = np.random.default_rng(options.seed + 8)
+    order = np.argsort(src_len, kind="stable")
+    size = options.decode_batch_sentences
+    sources = []
+    for start in range(0, len(order), size):
+        items = [
+            (int(i), rng.integers(FIRST_ID, options.vocab_size, src_len[i]), np.zeros(0, np.int64))
+            for i in order[start : start + size]
+        ]
+        sources.append(collate_pairs(items)["src"].to(device))
+    return sources
 
 
 def decode_sources(data: TranslationDataModule, options: BenchOptions, device: torch.device) -> list[Tensor]:

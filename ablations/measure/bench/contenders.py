@@ -177,7 +177,11 @@ def decode_ours(model: Transformer, sources: list[Tensor], beam_size: int, use_c
 @torch.no_grad()
 def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[list[int]]:
     """HF generate with our search's settings: beam K, no length penalty, PAD and BOS never generated, at most
-    the batch's longest source + 50 tokens before the EOS."""
+    the batch's longest source + 50 tokens before the EOS.
+
+    The same cap as ours: our search lets L tokens be followed only by EOS (L + 1 new tokens, the last EOS), so HF
+    gets L + 1 new tokens with EOS forced at the last (forced_eos_token_id); without it HF's capped hypotheses would
+    carry an (L + 1)-th ordinary token instead and score without EOS's log-probability."""
     outputs: list[list[int]] = []
     for src in sources:
         longest = int((src != PAD_ID).sum(dim=1).max())
@@ -193,7 +197,7 @@ def decode_hf(marian: nn.Module, sources: list[Tensor], beam_size: int) -> list[
             eos_token_id=EOS_ID,
             pad_token_id=PAD_ID,
             suppress_tokens=[PAD_ID, BOS_ID],
-            forced_eos_token_id=None,
+            forced_eos_token_id=EOS_ID,
             num_return_sequences=1,
         )
         for row in generated[:, 1:].tolist():  # drop the decoder start token

@@ -54,15 +54,18 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         "## Setup",
         "",
         f"- model: N = {o['layers']} + {o['layers']} layers, d_model {o['d_model']}, d_ff {o['d_ff']}, h {o['heads']} "
-        f"(d_k = d_v = {o['d_model'] // o['heads']}), P_drop {o['P_drop']}, vocabulary {o['vocab_size']} (joint BPE), "
+        f"(d_k = d_v = {o['d_model'] // o['heads']}), P_drop {o['P_drop']}, vocabulary {o['vocab_size']:,} "
+        f"({'synthetic word pieces' if o.get('synthetic') else 'joint BPE'}), "
         "post-norm, ReLU, tied embeddings",
-        f"- batches: TokenBudgetBatchSampler on the built-in corpus, {o['batch_tokens']} tokens per side; per round each "
+        f"- batches: TokenBudgetBatchSampler on "
+        f"{'synthetic WMT-like lengths' if o.get('synthetic') else 'the built-in corpus'}, {o['batch_tokens']} tokens per side; per round each "
         f"contender trains on 1 warm-up batch and {o['timed_batches']} timed batches (the same for all), {o['rounds']} rounds",
         "- shapes [B, S] / [B, T]: " + "; ".join(f"{b['src']} / {b['tgt']}" for b in result["batches"]),
         "- every contender: label-smoothed loss (ε 0.1), Adam(0.9, 0.98, 1e-9), inverse-sqrt schedule",
-        f"- decoding: {d['sentences']} dev sentences in length-sorted batches of {o['decode_batch_sentences']}, beam "
+        f"- decoding: {d['sentences']} {'synthetic' if o.get('synthetic') else 'dev'} sentences in length-sorted batches of {o['decode_batch_sentences']}, beam "
         f"{d['beam_size']}, length penalty {d['length_penalty']}, max length the batch's longest source + 50 for all three, {o['decode_rounds']} rounds; "
-        "untrained weights (hypotheses run to the cap: every decoder does full-length work), copied into Marian for HF; "
+        f"our model after {d['model']['steps']} fp32 steps on the bench's corpus (cached in the data cache), copied "
+        "into Marian for HF, the same cap on both sides (L tokens, then EOS forced); "
         "in fp32 for all three at any --precision (the cached = uncached check needs exact arithmetic); our cached "
         "decoder's attention and beam candidates: "
         + (
@@ -122,7 +125,16 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     lines += [
         "",
         f"- cached and uncached outputs identical: {'yes' if d['cached_equals_uncached'] else 'NO'}; "
-        f"mean output length {d['mean_output_tokens']:.1f} tokens",
+        f"mean output length {d['mean_output_tokens']:.1f} tokens ({100 * d['at_length_cap']:.1f}% at the length "
+        f"cap; HF: {d['hf_mean_output_tokens']:.1f}, {100 * d['hf_at_length_cap']:.1f}%)",
+        *(
+            [
+                "- **the decoding model's outputs are not realistic** (mostly empty or at the length cap): "
+                "its short run was too short for this corpus; raise `decode_train_steps`"
+            ]
+            if d["mean_output_tokens"] < 1 or d["at_length_cap"] > 0.5
+            else []
+        ),
         f"- HF holds our weights: teacher-forced logits differ by at most "
         f"{d['max_logit_difference_vs_marian']:.2e}; identical beam outputs for "
         f"{100 * d['same_output_as_hf']:.1f}% of sentences",
@@ -165,7 +177,9 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
         [
             "",
             f"- data loading: collating one batch on the main process takes {levers['collate_ms_per_batch']:.2f} ms, "
-            f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step",
+            f"{100 * levers['collate_ms_per_batch'] / levers['step_ms_ours']:.2f}% of our {levers['step_ms_ours']:.0f} ms step"
+            if "collate_ms_per_batch" in levers
+            else "- data loading: not timed (synthetic batches, collated before the bench)",
             "- length bucketing (padding efficiency, both sides): "
             + "; ".join(
                 f"{corpus}: bucketed {v['bucketed']:.3f}, unbucketed {v['unbucketed']:.3f}"

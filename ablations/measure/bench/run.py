@@ -6,7 +6,7 @@ import dataclasses
 import os
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -22,10 +22,21 @@ from .batches import (
     built_in_corpus,
     collate_seconds,
     decode_sources,
+    epoch_batches,
     multi30k_corpus,
+    synthetic_decode_sources,
+    synthetic_epoch_batches,
     training_batches,
 )
-from .contenders import TorchTransformerModel, decode_hf, decode_ours, lever_contender, lightning_contender, plain_step
+from .contenders import (
+    MAX_LEN_OFFSET,
+    TorchTransformerModel,
+    decode_hf,
+    decode_ours,
+    lever_contender,
+    lightning_contender,
+    plain_step,
+)
 from .marian import MARIAN_ATTENTION, logit_difference, marian_forward, marian_from_ours, marian_model
 from .options import BenchOptions, machine, require_transformers
 from .timing import (
@@ -38,6 +49,7 @@ from .timing import (
     timed,
     timed_loop,
 )
+from .trained import output_lengths, train_decoding_model
 
 
 def measure_levers(
@@ -116,11 +128,22 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     run = options.run_config()
     clock = options.clock
 
-    progress("data: built-in corpus")
-    data = built_in_corpus(options)
-    batches = training_batches(data, options.timed_batches + 1, device)
+    data: Optional[TranslationDataModule] = None
+    if options.synthetic:  # a vocabulary the built-in corpus cannot have (--dims base: 37k)
+        from ..gpu_check import synthetic_batches, wmt_like_lengths
+
+        progress(f"data: synthetic WMT-like batches, vocabulary {options.vocab_size:,}")
+        batches = synthetic_batches(
+            options.batch_tokens, options.timed_batches + 1, options.vocab_size, device, options.seed
+        )
+        src_len, tgt_len = wmt_like_lengths(200_000, options.seed)
+        padding = {"synthetic": bucketed_and_unbucketed(src_len + 1, tgt_len + 1, options.batch_tokens, options.seed)}
+    else:
+        progress("data: built-in corpus")
+        data = built_in_corpus(options)
+        batches = training_batches(data, options.timed_batches + 1, device)
+        padding = padding_of_corpora(options, data, progress)
     timed_tokens = sum(b["n_tgt_tokens"] for b in batches[1:])
-    padding = padding_of_corpora(options, data, progress)
 
     progress("training: ours (Lightning), bare loop, Marian (SDPA and eager attention), torch.nn.Transformer")
     peak: dict[str, float] = {}
@@ -133,7 +156,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
     achieved = {name: flops / median_seconds(seconds, clock) for name, seconds in train_times.items()}
 
     progress("decoding: cached, uncached, HF generate")
-    decoding = time_decoding(options, run.model, data, batches[0], device, peak)
+    decoding = time_decoding(options, run.model, data, batches[0], device, peak, progress)
     decode_seconds, outputs, native_kernels = decoding["seconds"], decoding["outputs"], decoding["native_kernels"]
     n_sentences = decoding["sentences"]
     decode_rate = {name: n_sentences / median_seconds(seconds, clock) for name, seconds in decode_seconds.items()}
@@ -147,7 +170,8 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
             "sentences_per_s": {"native": decode_rate["ours"], "pytorch": decode_rate["ours_without_native_kernels"]},
             "speedup": ratio(decode_rate["ours"], decode_rate["ours_without_native_kernels"]),
         }
-    levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
+    if data is not None:  # synthetic batches are collated up front, not as training would
+        levers["collate_ms_per_batch"] = collate_seconds(data, 20) * 1e3
     levers["step_ms_ours"] = 1e3 * median_seconds(train_times["ours"], clock) / options.timed_batches
     levers["length_bucketing"] = padding
 
@@ -171,8 +195,13 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
             "beam_size": options.beam_size,
             "length_penalty": 0.0,
             "mean_output_tokens": statistics.mean(len(o) for o in outputs["ours"]) if n_sentences else 0.0,
+            "at_length_cap": decoding["lengths"]["ours"].get("at_length_cap", 0.0),
+            "hf_mean_output_tokens": decoding["lengths"]["hf_generate"]["mean_output_tokens"],
+            "hf_at_length_cap": decoding["lengths"]["hf_generate"].get("at_length_cap", 0.0),
+            "model": decoding["model"],
             "cached_equals_uncached": True,
             "same_output_as_hf": same_as_hf,
+            "differing_sentences": differing(outputs["ours"], outputs["hf_generate"]),
             "native_kernels": native_kernels,
             "max_logit_difference_vs_marian": decoding["max_logit_difference"],
         },
@@ -191,6 +220,18 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
         "machine": {**machine(), "load_average_before": list(load_before)},
         "seconds": time.perf_counter() - started,
     }
+
+
+def differing(ours: list[list[int]], theirs: list[list[int]], keep: int = 5) -> list[dict[str, Any]]:
+    """The first `keep` sentences whose outputs differ: index, both outputs' lengths and where they first part."""
+    found = []
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            found.append({"sentence": i, "ours_tokens": len(a), "hf_tokens": len(b), "first_difference": first})
+            if len(found) == keep:
+                break
+    return found
 
 
 def padding_of_corpora(
@@ -259,20 +300,21 @@ def time_training(
 def time_decoding(
     options: BenchOptions,
     cfg: ModelConfig,
-    data: TranslationDataModule,
+    data: Optional[TranslationDataModule],
     probe: dict[str, Any],
     device: torch.device,
     peak: dict[str, float],
+    progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
-    """Our cached and uncached beam search and HF generate on our weights (and, where the native kernels build, our
+    """Our cached and uncached beam search (on `data`'s dev sentences, or synthetic sources when it is None) and HF generate on our weights (and, where the native kernels build, our
     cached search without them), interleaved; outputs checked to agree. Peak memory under `decode_<name>`."""
-    # Untrained weights, deliberately: after the few training steps above the model answers EOS at once (empty
-    # outputs, one decoding step), whereas at initialisation hypotheses run to the length cap, so the decoders
-    # are compared on full-length work. The same model for all three; outputs are compared.
-    torch.manual_seed(options.seed)
-    model = Transformer(cfg, options.vocab_size, PAD_ID).to(device).eval()
+    # A trained model (a short run on the bench's corpus, cached: trained.py), so hypotheses end with EOS at about
+    # the references' lengths, as a real model's do, and not at the length cap. The same weights for all three
+    # (copied into Marian for HF); outputs are compared.
+    epochs = synthetic_epoch_batches(options, device) if data is None else epoch_batches(data, device)
+    model, training = train_decoding_model(options, epochs, device, progress)
     hf = marian_from_ours(model)
-    sources = decode_sources(data, options, device)
+    sources = synthetic_decode_sources(options, device) if data is None else decode_sources(data, options, device)
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
 
     def ours_without_native_kernels() -> list[list[int]]:
@@ -299,9 +341,13 @@ def time_decoding(
         raise RuntimeError("cached and uncached beam search returned different outputs: the key/value cache is wrong")
     if native_kernels and outputs["ours"] != outputs["ours_without_native_kernels"]:
         raise RuntimeError("beam search returned different outputs with the native decoding kernels and without them")
+    longest = [int((src != PAD_ID).sum(dim=1).max()) for src in sources]
+    caps = [n + MAX_LEN_OFFSET for n, src in zip(longest, sources) for _ in range(src.shape[0])]
     return {
         "seconds": decode_seconds,
         "outputs": outputs,
+        "model": training,
+        "lengths": {name: output_lengths(outputs[name], caps) for name in ("ours", "hf_generate")},
         "native_kernels": native_kernels,
         "sentences": sum(src.shape[0] for src in sources),
         "max_logit_difference": max_logit_difference,
