@@ -25,7 +25,7 @@ from .collect import RunRecord, collect, publish_finished
 from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .stats import PairedDelta, seed_interval
-from .table3 import RowResult, Stat, Table, base_row, describe_hardware, distinct, plain, stat
+from .table3 import RowResult, Table, base_row, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
 
 # The paper's Table 4 as printed: (parser, training, WSJ section 23 F1). Only the Transformer's WSJ-only row has a
 # counterpart in the sweep; the semi-supervised one trained on ~17M sentences this framework does not have.
@@ -217,19 +217,6 @@ def training_cell(result: RowResult) -> str:
     if data.dataset == "treebank":
         return f"built-in treebank, {data.generated_pairs:,} trees"
     return f"{data.dataset} {Path(data.path).name}"
-
-
-def stat_cell(value: Optional[Stat], digits: int) -> str:
-    if value is None:
-        return "n/a"
-    text = f"{value.mean:.{digits}f}"
-    return text if value.std is None else f"{text} ± {value.std:.{digits}f}"
-
-
-def seeds_cell(result: RowResult) -> str:
-    others = [f"s{run.spec.seed} {run.status}" for run in result.runs if not run.done]
-    text = f"{len(result.done)}/{len(result.runs)}"
-    return f"{text} ({', '.join(others)})" if others else text
 
 
 def measured_cells(result: RowResult) -> dict[str, str]:

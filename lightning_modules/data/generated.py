@@ -1089,6 +1089,21 @@ def _heldout(n: int, seed: int, split: str, seen: set, lexicon_scale: int) -> tu
     return pairs, rejected
 
 
+def _written_already(manifest: pathlib.Path, params: dict, files: list[pathlib.Path]) -> bool:
+    """Whether ``manifest`` records exactly ``params`` and every file exists; if not, any manifest is removed first,
+    so that a crash while the files are rewritten never leaves a manifest describing other files."""
+    if not manifest.exists():
+        return False
+    try:
+        old = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and old.get("params") == params and all(f.is_file() for f in files):
+        return True
+    manifest.unlink()  # invalidate before touching any file
+    return False
+
+
 def write_corpus(
     directory: str | os.PathLike,
     train_pairs: int = 50_000,
@@ -1130,14 +1145,8 @@ def write_corpus(
         params["lexicon_scale"] = lexicon_scale
     files = [path / f"{split}.{lang}" for split in SPLITS for lang in (SRC_LANG, TGT_LANG)]
     manifest = path / MANIFEST
-    if manifest.exists():
-        try:
-            old = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = None
-        if isinstance(old, dict) and old.get("params") == params and all(f.is_file() for f in files):
-            return path
-        manifest.unlink()  # invalidate before touching any file
+    if _written_already(manifest, params, files):
+        return path
 
     train = generate_pairs(train_pairs, _derive_seed(seed, "train"), lexicon_scale)
     seen = {s for s, _ in train}
@@ -1213,14 +1222,8 @@ def write_treebank(
     }
     manifest = path / "treebank.json"
     files = [path / f"{split}.tree" for split in TREEBANK_SPLITS]
-    if manifest.exists():
-        try:
-            old = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = None
-        if isinstance(old, dict) and old.get("params") == params and all(f.is_file() for f in files):
-            return path
-        manifest.unlink()
+    if _written_already(manifest, params, files):
+        return path
     seen: set = set()
     counts = {}
     for split, n in (("train", train_trees), ("valid", dev_trees), ("test", test_trees)):
