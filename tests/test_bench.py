@@ -121,10 +121,15 @@ def test_half_split_order_maps_marian_sinusoids_to_ours():
     assert torch.equal(ours[:, marian.half_split_order(8)], half_split)
 
 
-def _small_model(seed: int = 0) -> Transformer:
+def _small_model(seed: int = 0, norm_placement: str = "post") -> Transformer:
     torch.manual_seed(seed)
-    cfg = ModelConfig(N=2, d_model=16, d_ff=32, h=4, P_drop=0.0, max_positions=64)
-    return Transformer(cfg, 40, PAD_ID).eval()
+    cfg = ModelConfig(N=2, d_model=16, d_ff=32, h=4, P_drop=0.0, max_positions=64, norm_placement=norm_placement)
+    model = Transformer(cfg, 40, PAD_ID).eval()
+    with torch.no_grad():  # norms away from their (1, 0) init, so that a norm copied to the wrong place shows
+        for name, tensor in model.named_parameters():
+            if "norm" in name:
+                tensor.add_(0.3 * torch.randn_like(tensor))
+    return model
 
 
 def _sources() -> torch.Tensor:
@@ -143,6 +148,28 @@ def test_marian_holds_our_weights_and_computes_our_logits(one_thread):
     assert marian.logit_difference(model, hf, src, tgt_in) < 1e-4
 
 
+def test_m2m100_holds_a_pre_norm_model_and_computes_its_logits(one_thread):
+    pytest.importorskip("transformers")
+    model = _small_model(norm_placement="pre")
+    hf = marian.hf_from_ours(model)
+    assert type(hf).__name__ == "M2M100ForConditionalGeneration"
+    src = _sources()
+    tgt_in = torch.cat([torch.full((5, 1), BOS_ID), torch.randint(4, 40, (5, 4))], dim=1)
+    assert marian.logit_difference(model, hf, src, tgt_in) < 1e-4
+    # the final norms are copied: without them the logits differ
+    with torch.no_grad():
+        hf.model.decoder.layer_norm.weight.fill_(1.0)
+    assert marian.logit_difference(model, hf, src, tgt_in) > 1e-3
+
+
+def test_hf_generate_decodes_a_pre_norm_model_as_ours_does(one_thread):
+    pytest.importorskip("transformers")
+    model = _small_model(seed=1, norm_placement="pre")
+    sources = [_sources()]
+    ours = contenders.decode_ours(model, sources, beam_size=4, use_cache=True)
+    assert contenders.decode_hf(marian.hf_from_ours(model), sources, beam_size=4) == ours
+
+
 def test_marian_is_built_with_the_attention_asked_for():
     pytest.importorskip("transformers")
     cfg = ModelConfig(N=1, d_model=16, d_ff=32, h=2)
@@ -158,6 +185,9 @@ def test_marian_copy_refuses_what_marian_cannot_express():
     pre_norm = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=4, norm_placement="pre"), 40, PAD_ID)
     with pytest.raises(ValueError, match="post-norm"):
         marian.marian_from_ours(pre_norm)
+    post_norm = Transformer(ModelConfig(N=1, d_model=16, d_ff=32, h=4), 40, PAD_ID)
+    with pytest.raises(ValueError, match="pre-norm"):
+        marian.m2m100_from_ours(post_norm)
 
 
 def test_cached_and_uncached_decoding_agree_and_hf_decodes_the_same_model(one_thread):
@@ -234,7 +264,7 @@ def test_a_trained_model_stops_at_eos_and_hf_generate_returns_our_hypotheses(tmp
     model, _ = trained.train_decoding_model(quick, batches.epoch_batches(data, device), device)
     sources = batches.decode_sources(data, quick, device)
     ours = contenders.decode_ours(model, sources, quick.beam_size, use_cache=True)
-    theirs = contenders.decode_hf(marian.marian_from_ours(model), sources, quick.beam_size)
+    theirs = contenders.decode_hf(marian.hf_from_ours(model), sources, quick.beam_size)
     caps = [int((s != PAD_ID).sum(dim=1).max()) + contenders.MAX_LEN_OFFSET for s in sources for _ in range(len(s))]
     lengths = trained.output_lengths(ours, caps)
     assert lengths["at_length_cap"] == 0.0 and lengths["mean_output_tokens"] > 1  # ended by EOS, not empty
@@ -267,7 +297,7 @@ def test_bench_end_to_end_reports_every_key(tmp_path, monkeypatch, one_thread):
     assert set(result["padding_efficiency"]) == {"generated"}
     assert 0 < result["padding_efficiency"]["generated"] <= 1
     assert result["decode"]["cached_equals_uncached"]
-    assert result["decode"]["max_logit_difference_vs_marian"] < 1e-4
+    assert result["decode"]["max_logit_difference_vs_hf"] < 1e-4
     assert {"attention_kernel", "bf16_autocast", "fused_adam"} <= set(result["levers"])
     if (
         native.available()

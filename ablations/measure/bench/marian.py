@@ -1,4 +1,7 @@
-"""Hugging Face MarianMTModel at our dimensions, and our weights in it, so that HF generate decodes our model."""
+"""Hugging Face models at our dimensions, and our weights in them, so that HF generate decodes our model.
+
+MarianMTModel is the paper's post-norm layer; M2M100 is the same layer in pre-norm, with a norm closing each stack, as
+ours (`hf_from_ours` picks by norm placement)."""
 
 from __future__ import annotations
 
@@ -12,11 +15,10 @@ from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID
 from lightning_modules.transformer import Transformer
 
 
-def marian_config(cfg: ModelConfig, vocab_size: int):
-    """A MarianConfig with our dimensions: post-norm, ReLU, tied embeddings scaled by sqrt(d_model), our ids."""
-    from transformers import MarianConfig
-
-    return MarianConfig(
+def shared_config(cfg: ModelConfig, vocab_size: int) -> dict[str, Any]:
+    """The fields that Marian's and M2M100's configs share: our dimensions, ReLU, embeddings scaled by sqrt(d_model)
+    and tied, our dropouts and ids."""
+    return dict(
         vocab_size=vocab_size,
         d_model=cfg.d_model,
         encoder_layers=cfg.N,
@@ -35,9 +37,16 @@ def marian_config(cfg: ModelConfig, vocab_size: int):
         eos_token_id=EOS_ID,
         bos_token_id=BOS_ID,
         decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=True,
         tie_word_embeddings=True,
+    )
+
+
+def marian_config(cfg: ModelConfig, vocab_size: int):
+    """A MarianConfig with our dimensions: post-norm, ReLU, tied embeddings scaled by sqrt(d_model), our ids."""
+    from transformers import MarianConfig
+
+    return MarianConfig(
+        **shared_config(cfg, vocab_size), forced_eos_token_id=None, share_encoder_decoder_embeddings=True
     )
 
 
@@ -67,29 +76,25 @@ def half_split_order(d_model: int) -> Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-@torch.no_grad()
-def marian_from_ours(model: Transformer) -> nn.Module:
-    """A MarianMTModel computing the same function as `model` (post-norm, ReLU, tied, sinusoidal, d_k = d_model/h).
-
-    The residual stream's coordinates are permuted (a permutation commutes with LayerNorm, residual sums and
-    ReLU), so every matrix reading the stream has its input columns permuted and every matrix writing to it its
-    output rows.
-    """
-    cfg = model.cfg
+def check_paper_layer(cfg: ModelConfig, placements: tuple[str, ...], what: str) -> None:
     if (
-        (cfg.norm_placement, cfg.ffn, cfg.norm, cfg.positional) != ("post", "relu", "layernorm", "sinusoidal")
+        cfg.norm_placement not in placements
+        or (cfg.ffn, cfg.norm, cfg.positional) != ("relu", "layernorm", "sinusoidal")
         or not cfg.tie_embeddings
         or cfg.n_kv_heads != cfg.h
         or cfg.head_dim_k * cfg.h != cfg.d_model
         or cfg.head_dim_v * cfg.h != cfg.d_model
     ):
         raise ValueError(
-            "marian_from_ours: Marian has only the paper's architecture (post-norm, ReLU, LayerNorm, sinusoids, "
-            "tied embeddings, d_k = d_v = d_model / h)"
+            f"{what}: HF's model has only the paper's layer ({' or '.join(placements)}-norm, ReLU, LayerNorm, "
+            "sinusoids, tied embeddings, d_k = d_v = d_model / h)"
         )
-    marian = marian_model(cfg, model.vocab_size).to(next(model.parameters()).device)
-    order = half_split_order(cfg.d_model).to(next(model.parameters()).device)
-    ours = model.state_dict()
+
+
+def layer_weights(model: Transformer, order: Tensor) -> dict[str, Tensor]:
+    """Our embeddings and layers under the names BART-family models (Marian, M2M100) give them, with the residual
+    stream's coordinates permuted by `order` (their dimension m is our dimension order[m])."""
+    cfg, ours = model.cfg, model.state_dict()
 
     def reads(weight: Tensor) -> Tensor:  # [out, D]: input columns from the stream
         return weight[:, order]
@@ -134,15 +139,61 @@ def marian_from_ours(model: Transformer) -> nn.Module:
         norm(f"{dec}.encoder_attn_layer_norm", f"decoder.{i}.cross_res.norm")
         ffn(dec, f"decoder.{i}.ffn")
         norm(f"{dec}.final_layer_norm", f"decoder.{i}.ffn_res.norm")
-    state = marian.state_dict()
+    if cfg.norm_placement == "pre":  # each stack ends with a norm
+        norm("model.encoder.layer_norm", "encoder_norm")
+        norm("model.decoder.layer_norm", "decoder_norm")
+    return target
+
+
+def load_into(hf: nn.Module, target: dict[str, Tensor], what: str) -> nn.Module:
+    state = hf.state_dict()
     for name, value in target.items():
         if state[name].shape != value.shape:
-            raise RuntimeError(
-                f"marian_from_ours: {name} has shape {tuple(state[name].shape)}, ours {tuple(value.shape)}"
-            )
+            raise RuntimeError(f"{what}: {name} has shape {tuple(state[name].shape)}, ours {tuple(value.shape)}")
         state[name].copy_(value)
-    marian.tie_weights()
-    return marian.eval()
+    hf.tie_weights()
+    return hf.eval()
+
+
+@torch.no_grad()
+def marian_from_ours(model: Transformer) -> nn.Module:
+    """A MarianMTModel computing the same function as `model` (post-norm, ReLU, tied, sinusoidal, d_k = d_model/h).
+
+    Marian's sinusoids are [sin..., cos...], ours interleaved, so the residual stream's coordinates are permuted (a
+    permutation commutes with LayerNorm, residual sums and ReLU): every matrix reading the stream has its input
+    columns permuted and every matrix writing to it its output rows.
+    """
+    check_paper_layer(model.cfg, ("post",), "marian_from_ours")
+    device = next(model.parameters()).device
+    marian = marian_model(model.cfg, model.vocab_size).to(device)
+    return load_into(marian, layer_weights(model, half_split_order(model.cfg.d_model).to(device)), "marian_from_ours")
+
+
+@torch.no_grad()
+def m2m100_from_ours(model: Transformer) -> nn.Module:
+    """An M2M100ForConditionalGeneration computing the same function as pre-norm `model` (ReLU, tied, sinusoidal,
+    d_k = d_model/h), with HF's attention "sdpa".
+
+    M2M100's sinusoids have other frequencies than the paper's, so both of its position tables are overwritten with
+    ours: it reads position p (0-based) at row pad + 1 + p. The residual stream keeps our coordinates."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    cfg = model.cfg
+    check_paper_layer(cfg, ("pre",), "m2m100_from_ours")
+    device = next(model.parameters()).device
+    config = M2M100Config(**shared_config(cfg, model.vocab_size), encoder_layerdrop=0.0, decoder_layerdrop=0.0)
+    hf = M2M100ForConditionalGeneration._from_config(config, attn_implementation="sdpa").to(device)
+    for stack, ours in ((hf.model.encoder, model.src_positions), (hf.model.decoder, model.tgt_positions)):
+        table = torch.zeros_like(stack.embed_positions.weights)  # [max_positions + 2, D]
+        rows = min(table.shape[0] - (PAD_ID + 1), ours.table.shape[0])
+        table[PAD_ID + 1 : PAD_ID + 1 + rows] = ours.table[:rows].to(table)
+        stack.embed_positions.weights.copy_(table)
+    return load_into(hf, layer_weights(model, torch.arange(cfg.d_model, device=device)), "m2m100_from_ours")
+
+
+def hf_from_ours(model: Transformer) -> nn.Module:
+    """HF's model of `model`'s norm placement holding its weights: Marian for post-norm, M2M100 for pre-norm."""
+    return m2m100_from_ours(model) if model.cfg.norm_placement == "pre" else marian_from_ours(model)
 
 
 @torch.no_grad()

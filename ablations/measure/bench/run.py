@@ -37,7 +37,7 @@ from .contenders import (
     lightning_contender,
     plain_step,
 )
-from .marian import MARIAN_ATTENTION, logit_difference, marian_forward, marian_from_ours, marian_model
+from .marian import MARIAN_ATTENTION, hf_from_ours, logit_difference, marian_forward, marian_model
 from .options import BenchOptions, machine, require_transformers
 from .timing import (
     bf16_peak_flops,
@@ -203,7 +203,7 @@ def _run_bench(options: BenchOptions, progress: Callable[[str], None]) -> dict[s
             "same_output_as_hf": same_as_hf,
             "differing_sentences": differing(outputs["ours"], outputs["hf_generate"]),
             "native_kernels": native_kernels,
-            "max_logit_difference_vs_marian": decoding["max_logit_difference"],
+            "max_logit_difference_vs_hf": decoding["max_logit_difference"],
         },
         "model_flops_per_s": achieved,
         "mfu_vs_bf16_peak": {name: value / peak_flops for name, value in achieved.items()} if peak_flops else None,
@@ -310,10 +310,10 @@ def time_decoding(
     cached search without them), interleaved; outputs checked to agree. Peak memory under `decode_<name>`."""
     # A trained model (a short run on the bench's corpus, cached: trained.py), so hypotheses end with EOS at about
     # the references' lengths, as a real model's do, and not at the length cap. The same weights for all three
-    # (copied into Marian for HF); outputs are compared.
+    # (copied into HF's pre-norm M2M100 for HF generate); outputs are compared.
     epochs = synthetic_epoch_batches(options, device) if data is None else epoch_batches(data, device)
     model, training = train_decoding_model(options, epochs, device, progress)
-    hf = marian_from_ours(model)
+    hf = hf_from_ours(model)
     sources = synthetic_decode_sources(options, device) if data is None else decode_sources(data, options, device)
     max_logit_difference = logit_difference(model, hf, probe["src"], probe["tgt_in"])
 
