@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # A stand-in for `ablate train --config C --run-dir D`. dev_loss is a function of the params; FAKE_BEHAVIOUR:
 # "report" reports loss + 1/step at steps 1..3 through the study and exits 77 when pruned; "crash" exits 3
-# when eps_ls > 0.15.
+# when eps_ls > 0.15. With FAKE_RENDEZVOUS=DIR a trial waits (up to a minute) until trials of two workers (its parent
+# processes) have started, so that "both workers ran trials" does not depend on how fast the second one starts.
 FAKE_TRAIN = r"""
 import json, math, os, sys, time
 from ablations.records import read_config, update_metrics
@@ -47,6 +48,13 @@ update_metrics(run_dir, status="running")
 p, lr, eps = config.model.P_drop, config.train.lr_scale, config.train.eps_ls
 loss = 1.0 + 10 * eps + (p - 0.1) ** 2 + abs(math.log(lr)) + config.train.warmup_steps / 1e4
 behaviour = os.environ.get("FAKE_BEHAVIOUR", "")
+rendezvous = os.environ.get("FAKE_RENDEZVOUS")
+if rendezvous:
+    os.makedirs(rendezvous, exist_ok=True)
+    open(os.path.join(rendezvous, str(os.getppid())), "w").close()
+    deadline = time.time() + 60
+    while len(os.listdir(rendezvous)) < 2 and time.time() < deadline:
+        time.sleep(0.05)
 with open(os.path.join(run_dir, "child.json"), "w") as f:
     json.dump({k: os.environ.get(k) for k in ("ABLATE_OPTUNA_STORAGE", "ABLATE_OPTUNA_STUDY", "ABLATE_OPTUNA_TRIAL",
                                               "OMP_NUM_THREADS")}, f)
@@ -295,7 +303,8 @@ def test_the_cli_parser():
 # --------------------------------------------------------------------------------------------------
 
 
-def test_two_workers_on_a_journal_file_run_exactly_n_trials(corpus, tmp_path, fake_train, capsys):
+def test_two_workers_on_a_journal_file_run_exactly_n_trials(corpus, tmp_path, fake_train, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_RENDEZVOUS", str(tmp_path / "rendezvous"))
     path = write_search(tmp_path, corpus)
     out, journal = tmp_path / "out", tmp_path / "shared" / "s.journal"
     started = time.time()
@@ -307,6 +316,7 @@ def test_two_workers_on_a_journal_file_run_exactly_n_trials(corpus, tmp_path, fa
     assert all(t.state == TrialState.COMPLETE for t in trials)
     workers = {t.user_attrs["worker_pid"] for t in trials}
     assert len(workers) == 2  # both workers ran trials
+    assert {int(name) for name in os.listdir(tmp_path / "rendezvous")} == workers  # a trial's parent is its worker
     # The trial's config is the row's config with the params applied, and the child got the study's address.
     search = load_search(path)
     for trial in trials:
