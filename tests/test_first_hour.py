@@ -72,6 +72,17 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     )
     text = " ".join(capsys.readouterr().out.split())
     assert "expected wall time ≈ 3m20s on 2 worker(s)" in text and "no measured cost for 1 more run(s)" in text
+    # the unmeasured N2 guessed from its FLOPs at the measured twin's seconds per FLOP (N 2 against the sweep's 1)
+    rows = {
+        row["run_id"]: row
+        for row in local.plan_rows(plan(path, "test", out=out, sets={"train.max_steps": 2 * steps}), 1, [])
+    }
+    twin_n2 = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[1]
+    guess = 200.0 * rows[twin_n2.spec.run_id]["flops"] / rows[twin.spec.run_id]["flops"]
+    assert 200.0 < guess < 600.0
+    assert "with the 1 unmeasured run(s) guessed from their FLOPs" in text
+    wall = local.duration(local.expected_wall([200.0, guess], 2))
+    assert f"≈ {wall} on 2 worker(s), {local.duration(200.0 + guess)} of worker time" in text
 
 
 @pytest.fixture(scope="module")

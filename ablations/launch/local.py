@@ -121,6 +121,16 @@ def run_cost(run: Run, costs: dict[Any, Any]) -> Optional[float]:
     return seconds * spec.config.train.max_steps / steps if steps else seconds
 
 
+def seconds_per_flop(runs: list[Run], costs: dict[Any, Any], flops_of: dict[str, float]) -> Optional[float]:
+    """The median measured wall seconds per planned training FLOP over the runs with a measured cost (None if none)."""
+    rates = sorted(
+        cost / flops_of[run.spec.run_id]
+        for run, cost in ((run, run_cost(run, costs)) for run in runs)
+        if cost is not None and flops_of.get(run.spec.run_id, 0) > 0
+    )
+    return rates[len(rates) // 2] if rates else None
+
+
 def expected_wall(seconds: list[float], workers: int) -> float:
     """The makespan of runs of these costs, longest first, each to the worker free first (what the launcher does)."""
     free = [0.0] * max(1, workers)
@@ -242,6 +252,8 @@ def print_plan(
         todo_runs = [run for run in runs if folder_status(run.dir) != "done" and id(run) not in skip]
         known = [cost for cost in (run_cost(run, costs) for run in todo_runs) if cost is not None]
         unknown = len(todo_runs) - len(known)
+        flops_of = {row["run_id"]: row["flops"] for row in rows}
+        rate = seconds_per_flop(runs, costs, flops_of)
         if not todo_runs:
             console.print("expected wall time: 0s (nothing to train: every run is done or takes a done twin's record)")
         elif not known:
@@ -253,6 +265,16 @@ def print_plan(
                 f"expected wall time ≈ {duration(expected_wall(known, workers))} on {workers} "
                 f"worker(s), from the measured wall_seconds of finished runs (same run id, or same row at this scale)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
+            )
+        if unknown and rate is not None:
+            guessed = [
+                flops_of[run.spec.run_id] * rate if cost is None else cost
+                for run, cost in ((run, run_cost(run, costs)) for run in todo_runs)
+            ]
+            console.print(
+                f"with the {unknown} unmeasured run(s) guessed from their FLOPs at the measured runs' "
+                f"{rate * 1e12:.3g} s per TFLOP: ≈ {duration(expected_wall(guessed, workers))} on {workers} worker(s), "
+                f"{duration(sum(guessed))} of worker time (a guess: a small model costs more per FLOP, a large one less)"
             )
 
 
