@@ -238,6 +238,10 @@ def test_the_decoding_model_is_trained_once_then_loaded_from_the_cache(tmp_path,
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
     other = trained.checkpoint_path(_tiny_trained_options(decode_train_steps=4))
     assert other != trained.checkpoint_path(quick)  # another run is another checkpoint
+    # the weights train in fp32 whatever precision is timed: the bf16 and fp32 benches decode one checkpoint
+    assert trained.checkpoint_path(dataclasses.replace(quick, precision="bf16-mixed")) == trained.checkpoint_path(
+        dataclasses.replace(quick, precision="32-true")
+    )
 
 
 def test_synthetic_batches_and_sources_span_the_whole_vocabulary():

@@ -199,8 +199,8 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
 LEVER_DEFAULTS = {
     "attention_kernel": "chosen per call: SDPA's fused kernel, except explicit matmuls for bf16 on CPU; the first "
     "setting is the one chosen at this precision",
-    "bf16_autocast": "where it wins: on in the small (d_model 128) and paper presets; off at tiny (d_model 64, where a "
-    "base run trained slower in bf16 than in fp32: sweeps/scales.yaml, the tiny preset)",
+    "bf16_autocast": "where it wins: on in the small and converged (d_model 128) and paper presets; off at tiny "
+    "(d_model 64, where a base run trained slower in bf16 than in fp32: sweeps/scales.yaml, the tiny preset)",
     "fused_adam": "no: torch's default (foreach) Adam",
     "native_dropout": "yes on CPU for fp32 and bf16 (where a C++ compiler builds the kernels; ATTENTION_NATIVE_KERNELS=0 "
     "turns them off): the noise drawn by a counter-based hash instead of torch's Bernoulli sampler; "

@@ -114,7 +114,9 @@ def decoding_run_config(options: BenchOptions) -> RunConfig:
     return dataclasses.replace(
         run,
         model=dataclasses.replace(run.model, norm_placement="pre"),
-        train=dataclasses.replace(run.train, lr_scale=0.5, warmup_steps=max(1, 2 * options.decode_train_steps // 5)),
+        train=dataclasses.replace(  # fp32 at any --precision, so the bf16 and fp32 benches share the checkpoint
+            run.train, lr_scale=0.5, warmup_steps=max(1, 2 * options.decode_train_steps // 5), precision="32-true"
+        ),
     )
 
 
