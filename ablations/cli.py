@@ -79,6 +79,19 @@ def train_callbacks() -> list:
 PREEMPTED_EXIT = 128
 
 
+def scored(config) -> dict[str, str]:
+    """What a run's figures are, in words: the last checkpoint (Table 3's protocol, the paper's single models) and,
+    with eval.average_last > 1, also the average that Table 2 reads."""
+    what = {"figures": "the last checkpoint, no averaging (Table 3's protocol: the paper's single models)"}
+    k = config.eval.average_last
+    if k > 1:
+        what["averaged"] = (
+            f"also the mean of the last {k} checkpoints, {config.train.checkpoint_every_steps:,} steps apart, "
+            "scored apart in metrics.json's `averaged` (Table 2's protocol)"
+        )
+    return what
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
@@ -89,7 +102,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, meta = resolve_run(args)
     if args.print_config:
         print(
-            yaml.safe_dump({"run_id": config.run_id(), "meta": meta, "config": config.to_dict()}, sort_keys=False),
+            yaml.safe_dump(
+                {"run_id": config.run_id(), "meta": meta, "scored": scored(config), "config": config.to_dict()},
+                sort_keys=False,
+                allow_unicode=True,
+                width=200,
+            ),
             end="",
         )
         return 0

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from test_sweep import write_sweep
 
 from ablations.launch import local, processes
@@ -295,3 +296,25 @@ def test_the_dry_runs_wall_time_leaves_out_runs_that_take_a_published_record(tmp
     assert local.run_sweep(sweep, "tiny", rows=["A1"], workers="auto", out=out, dry_run=True, reuse=False) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "expected wall time ≈" in text  # the published A1 records' measured wall_seconds
+
+
+def test_each_table_scores_by_its_own_protocol_at_paper_scale(capsys):
+    """Table 3's rows are single models (the last checkpoint); Table 2's base and big also score the average of the
+    paper's last 5 and 20 ten-minute checkpoints, all of them kept; --print-config says which figure is which."""
+    from ablations import cli
+    from ablations.sweep import expand, load_sweep, scale_named
+
+    sweep_path = str(Path(__file__).resolve().parent.parent / "sweeps" / "table3.yaml")
+    specs = {s.row: s.config for s in expand(load_sweep(sweep_path), scale_named(sweep_path, "paper"), seeds=[0])}
+    assert {row for row, config in specs.items() if config.eval.average_last} == {"base", "big"}
+    base, big = specs["base"], specs["big"]
+    assert (base.eval.average_last, big.eval.average_last) == (5, 20)
+    assert base.train.keep_checkpoints >= 5 and big.train.keep_checkpoints >= 20
+    assert (base.train.checkpoint_every_steps, big.train.checkpoint_every_steps) == (1500, 600)  # 10 minutes each
+    for row, average in (("A1", None), ("base", "last 5 checkpoints, 1,500 steps"), ("big", "last 20 checkpoints")):
+        assert cli.main(["train", "--sweep", sweep_path, "--row", row, "--scale", "paper", "--print-config"]) == 0
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed["scored"]["figures"].startswith("the last checkpoint, no averaging")
+        assert (average is None) == ("averaged" not in printed["scored"])
+        if average:
+            assert average in printed["scored"]["averaged"] and "Table 2" in printed["scored"]["averaged"]
