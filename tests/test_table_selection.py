@@ -51,6 +51,11 @@ def test_rows_and_seeds_select_as_sweep_does_base_always_in(project):
     rows = [line.split(" | ")[1] for line in markdown.splitlines() if line.startswith("| ") and " | " in line]
     assert [row for row in rows if row in ("base", "A1", "A2", "C_1", "D1")] == ["base", "A1", "D1"]
     assert "- **Runs**: 3 done\n" in markdown
+    # the rows selected away are named, never counted among the verdicts
+    verdicts = next(line for line in markdown.splitlines() if line.startswith("- Verdicts:"))
+    assert "A2" not in verdicts and "C_1" not in verdicts
+    absent = next(line for line in markdown.splitlines() if line.startswith("- Not in this table"))
+    assert "A2" in absent and "A1" not in absent and "D1" not in absent
 
 
 def test_partial_writes_the_table_with_the_gaps(project, capsys):

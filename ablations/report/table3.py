@@ -320,10 +320,13 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
 
 
 def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
-    """The verdicts counted, how many of the paper's large effects agree, and the rank correlation of Δ PPL."""
-    judged = [r for r in results if r.judgement is not None]
+    """The verdicts counted, how many of the paper's large effects agree, and the rank correlation of Δ PPL; over the
+    rows with runs in the table (a row selected away or never trained is named, not counted as unresolved)."""
+    absent = [r.row.id for r in results if r is not base and not r.runs]
+    judged = [r for r in results if r.judgement is not None and r.runs]
+    missing = [f"Not in this table, so neither judged nor counted: {', '.join(absent)}."] if absent else []
     if not judged:
-        return []
+        return missing
     counts = {v: [r.row.id for r in judged if r.judgement.verdict == v] for v in VERDICTS}
     large = [r for r in judged if r.judgement.judged_on is not None]
     agree = [r.row.id for r in large if r.judgement.verdict == "agrees"]
@@ -337,7 +340,7 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
     if rho is not None:
         shared = sum(1 for k in ours if ours[k] is not None and paper.get(k) is not None)
         lines.append(f"Spearman rank correlation of our mean Δ PPL with the paper's over {shared} rows: {rho:+.2f}.")
-    return lines
+    return lines + missing
 
 
 def narrow_heads(results: Sequence[RowResult]) -> Optional[str]:
