@@ -250,10 +250,10 @@ def print_plan(
     if costs is not None:
         skip = {id(run) for run in taken}
         todo_runs = [run for run in runs if folder_status(run.dir) != "done" and id(run) not in skip]
-        known = [cost for cost in (run_cost(run, costs) for run in todo_runs) if cost is not None]
+        todo_costs = [(run, run_cost(run, costs)) for run in todo_runs]
+        known = [cost for _, cost in todo_costs if cost is not None]
         unknown = len(todo_runs) - len(known)
         flops_of = {row["run_id"]: row["flops"] for row in rows}
-        rate = seconds_per_flop(runs, costs, flops_of)
         if not todo_runs:
             console.print("expected wall time: 0s (nothing to train: every run is done or takes a done twin's record)")
         elif not known:
@@ -266,11 +266,9 @@ def print_plan(
                 f"worker(s), from the measured wall_seconds of finished runs (same run id, or same row at this scale)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
             )
-        if unknown and rate is not None:
-            guessed = [
-                flops_of[run.spec.run_id] * rate if cost is None else cost
-                for run, cost in ((run, run_cost(run, costs)) for run in todo_runs)
-            ]
+        rate = seconds_per_flop(runs, costs, flops_of) if unknown else None
+        if rate is not None:
+            guessed = [flops_of[run.spec.run_id] * rate if cost is None else cost for run, cost in todo_costs]
             console.print(
                 f"with the {unknown} unmeasured run(s) guessed from their FLOPs at the measured runs' "
                 f"{rate * 1e12:.3g} s per TFLOP: ≈ {duration(expected_wall(guessed, workers))} on {workers} worker(s), "

@@ -84,7 +84,7 @@ def train_decoding_model(
         )
         return logits
 
-    step = plain_step(forward, optimizer, schedule, device, "32-true", run.train.eps_ls)
+    step = plain_step(forward, optimizer, schedule, device, run.train.precision, run.train.eps_ls)
     done, epoch = 0, 0
     while done < options.decode_train_steps:
         before = done
