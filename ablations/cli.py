@@ -391,7 +391,7 @@ def add_search_parser(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .sweep import DATA_HELP, add_selection_arguments
+    from .sweep import DATA_HELP, SCALE_HELP, add_selection_arguments
 
     parser = argparse.ArgumentParser(
         prog="ablate", description="Reproduce and extend the ablations of 'Attention Is All You Need'."
@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train and evaluate one run (a sweep row at a scale, or a resolved config)")
     train.add_argument("--sweep", help="sweep file, e.g. sweeps/table3.yaml")
     train.add_argument("--row", help="row id, e.g. base")
-    train.add_argument("--scale", help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
+    train.add_argument("--scale", help=SCALE_HELP)
     train.add_argument("--config", help="a resolved config file (a run folder's config.yaml)")
     train.add_argument("--data", help=DATA_HELP)
     train.add_argument(
@@ -465,9 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out from training the same run. Exit code 0 only when every selected run ends done.",
     )
     sweep.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
-    sweep.add_argument(
-        "--scale", required=True, help="scale preset: tiny, small or paper (scales.yaml beside the sweep)"
-    )
+    sweep.add_argument("--scale", required=True, help=SCALE_HELP)
     add_selection_arguments(
         sweep,
         rows_help="comma-separated row ids, e.g. A1,B2 (default: all rows)",

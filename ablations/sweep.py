@@ -344,6 +344,10 @@ def load_scales(path: str | Path) -> dict[str, Scale]:
 
 SCALES_ENV = "ABLATE_SCALES"  # the `--scales FILE` of a command, set by the CLI (seen by its search workers too)
 PROJECT_SCALES = Path(__file__).resolve().parent.parent / "sweeps" / "scales.yaml"  # the project's presets
+SCALE_HELP = (
+    "scale preset of the sweep's scales.yaml, else sweeps/scales.yaml: tiny (smoke), converged (Table 3 that measures "
+    "quality on CPUs), small (Multi30k) or paper"
+)
 
 
 def own_scales(path: Path, data: Any) -> Optional[Path]:

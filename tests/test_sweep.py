@@ -20,7 +20,7 @@ import yaml
 from ablations import cli
 from ablations.launch import local, plan, processes
 from ablations.records import RunLock, folder_status, read_config, read_metrics, update_metrics
-from ablations.sweep import expand, load_sweep, scales_for
+from ablations.sweep import PROJECT_SCALES, SCALE_HELP, expand, load_scales, load_sweep, scales_for
 from lightning_modules.data.generated import write_corpus
 from lightning_modules.flops import parameter_count, training_flops
 
@@ -218,6 +218,12 @@ def test_a_scale_can_give_rows_their_seeds(corpus, tmp_path):
         (tmp_path / "scales.yaml").write_text(yaml.safe_dump(broken))
         with pytest.raises(ValueError, match=rf"test\.{key}"):
             scales_for(path)
+
+
+def test_the_scale_help_names_every_project_preset():
+    """The help of --scale once named tiny, small and paper only, after converged had been added."""
+    for name in load_scales(PROJECT_SCALES):
+        assert name in SCALE_HELP, name
 
 
 def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):

@@ -126,7 +126,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def add_table_parser(sub: Any) -> None:
-    from ..sweep import add_selection_arguments
+    from ..sweep import SCALE_HELP, add_selection_arguments
 
     parser = sub.add_parser(
         "table",
@@ -137,7 +137,7 @@ def add_table_parser(sub: Any) -> None:
         "finished record, unless --partial. Records published under <out>/records/ are used only with --published.",
     )
     parser.add_argument("sweep", help="sweep file, e.g. sweeps/table3.yaml")
-    parser.add_argument("--scale", required=True, help="scale preset: tiny, small or paper (sweeps/scales.yaml)")
+    parser.add_argument("--scale", required=True, help=SCALE_HELP)
     add_selection_arguments(
         parser,
         rows_help="comma-separated row ids, e.g. A1,B2 (default: all rows); base is always in",
