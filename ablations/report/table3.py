@@ -332,7 +332,7 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
     agree = [r.row.id for r in large if r.judgement.verdict == "agrees"]
     lines = [
         "Verdicts: " + "; ".join(f"{v} {len(rows)} ({', '.join(rows)})" for v, rows in counts.items() if rows) + ".",
-        f"Of the paper's {len(large)} large effects here, {len(agree)} agree ({', '.join(agree) or 'none'}).",
+        f"Of the paper's {len(large)} large effect{'' if len(large) == 1 else 's'} here, {len(agree)} agree ({', '.join(agree) or 'none'}).",
     ]
     ours = {r.row.id: r.evidence.ppl.mean for r in results if r.evidence is not None}
     paper = {r.row.id: deltas(r, base)["paper_delta_ppl"] for r in results if r is not base}
