@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..records import write_atomic_bytes
 from .collect import PUBLISHED, RunRecord, read_curves
-from .table3 import RowResult, Table, deltas
+from .table3 import Table, deltas, seed_differences
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")
@@ -50,15 +50,6 @@ def plot_stem(table: Table, kind: str) -> str:
     return f"{table.sweep.name}_{table.scale.name}_{kind}"
 
 
-def seed_deltas(result: RowResult, base: RowResult, key: str) -> list[float]:
-    """The row's per-seed values minus base's mean: the spread behind the mean bar."""
-    base_mean = base.mean(key)
-    if base_mean is None:
-        return []
-    values = [run.metrics.get(key) for run in result.done]
-    return [float(value) - base_mean for value in values if isinstance(value, (int, float))]
-
-
 def draw_delta_bleu(plt, table: Table):
     rows = [result for result in table.rows if result is not table.base]
     labels = [result.row.id for result in rows]
@@ -74,7 +65,7 @@ def draw_delta_bleu(plt, table: Table):
             ours.text(0, y, f" {why}", va="center", ha="left", fontsize=7, color="0.4", style="italic")
         else:
             ours.barh(y, delta["delta_bleu"], color="tab:blue", height=0.6)
-            spread = seed_deltas(result, table.base, "dev_bleu")
+            spread = seed_differences(result, table.base, "dev_bleu")
             ours.plot(spread, [y] * len(spread), "o", color="black", markersize=2.5)
         if delta["paper_delta_bleu"] is None:
             paper.text(0, y, " not in the paper", va="center", ha="left", fontsize=7, color="0.4", style="italic")

@@ -187,13 +187,28 @@ def difference(value: Optional[float], base: Optional[float]) -> Optional[float]
     return None if value is None or base is None else value - base
 
 
+def seed_differences(result: RowResult, base: RowResult, key: str) -> list[float]:
+    """row[s] − base[s] over the seeds both have done, in seed order: the values behind Δ and its interval."""
+    row, reference = per_seed(result, key), per_seed(base, key)
+    return [row[seed] - reference[seed] for seed in sorted(set(row) & set(reference))]
+
+
+def measured_delta(result: RowResult, base: RowResult, key: str) -> Optional[float]:
+    """The mean seed-paired difference (the centre of the table's interval: base's extra seeds do not shift it),
+    else, when the row shares no seed with base, the difference of their means."""
+    evidence = result.evidence and {"dev_bleu": result.evidence.bleu, "dev_ppl": result.evidence.ppl}[key]
+    if evidence is not None and evidence.mean is not None:
+        return evidence.mean
+    return difference(result.mean(key), base.mean(key))
+
+
 def deltas(result: RowResult, base: RowResult) -> dict[str, Optional[float]]:
-    """Row minus base, measured (means) and in the paper; nothing for base itself."""
+    """Row minus base, measured and in the paper; nothing for base itself."""
     if result is base:
         return dict.fromkeys(("delta_ppl", "delta_bleu", "paper_delta_ppl", "paper_delta_bleu"))
     return {
-        "delta_ppl": difference(result.mean("dev_ppl"), base.mean("dev_ppl")),
-        "delta_bleu": difference(result.mean("dev_bleu"), base.mean("dev_bleu")),
+        "delta_ppl": measured_delta(result, base, "dev_ppl"),
+        "delta_bleu": measured_delta(result, base, "dev_bleu"),
         "paper_delta_ppl": difference(result.row.paper.ppl, base.row.paper.ppl),
         "paper_delta_bleu": difference(result.row.paper.bleu, base.row.paper.bleu),
     }
@@ -367,7 +382,9 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         "Measured on the dev set: PPL per word piece; BLEU is sacreBLEU, BLEU tok the paper's tokenized BLEU. "
         "Cells are mean ± sample std over the done seeds (std from two seeds on); seeds = done/expected, and "
         "runs not done are named and left out of the means.",
-        f"Δ = row − {base.id}: measured means, and the paper's figures from {sweep.path.name} (blank where it prints none).",
+        f"Δ = row − {base.id}: measured, the mean over the seeds both have of the per-seed differences (the centre of "
+        f"the interval: {base.id}'s extra seeds do not shift it; the difference of the means where they share no "
+        f"seed), and the paper's figures from {sweep.path.name} (blank where it prints none).",
         f"Δ BLEU / Δ PPL 95 % CI: a t-interval over the seed-paired differences row − {base.id} (seeds are common "
         "random numbers: the same data order and draws in every row); one seed gives no interval.",
         f"Verdict against the paper: its large effects (|Δ BLEU| ≥ {LARGE_BLEU:g} or |Δ PPL| ≥ {LARGE_PPL:g}) are judged "
