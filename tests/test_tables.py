@@ -309,3 +309,27 @@ def test_plateau_change_reads_the_last_fifth_of_the_budget():
     assert plateau_change(curve[3:], 1000) == pytest.approx(-0.01)
     assert plateau_change([(900, 3.0), (1000, 2.9)], 1000) is None  # no evaluation before the last fifth
     assert plateau_change(curve[:3], 750) == pytest.approx(-0.5)  # still learning: 10.0 -> 5.0
+
+
+def test_the_notes_say_whose_ppl_delta_changed_sign_after_80_percent_of_the_budget(tmp_path):
+    """A row ahead of base at 80 % of the steps and behind it at the end (a fast starter) is named."""
+    specs = write_project(tmp_path, "mini", SWEEP)
+    runs = tmp_path / "runs"
+    curves = {  # dev PPL at steps 40, 80 (80 % of the 100 steps) and 100, per (row, seed)
+        ("base", 0): (9.0, 6.0, 5.0),
+        ("base", 1): (9.5, 6.2, 5.4),
+        ("A1", 0): (7.0, 5.5, 5.2),  # ahead at step 80 (-0.5), behind at the end (+0.2)
+        ("A1", 1): (7.5, 5.8, 5.6),
+        ("A2", 0): (9.9, 6.5, 5.2),  # behind throughout
+        ("A2", 1): (9.9, 6.6, 5.5),
+    }
+    for (row, seed), ppl in curves.items():
+        folder = write_run(runs, specs[row, seed], "done", BAD, **done(20.0, ppl[-1]))
+        lines = "".join(f"{value},{step}\n" for step, value in zip((40, 80, 100), ppl))
+        write_atomic(folder / "logs" / "attempt-1" / "metrics.csv", "dev/ppl,step\n" + lines)
+    table, _ = make(tmp_path)
+    (line,) = [note for note in table.notes if note.startswith("Earlier in training")]
+    assert line == (
+        "Earlier in training: at 80 % of each run's steps, the mean Δ PPL had its final sign in 1 of 2 rows; "
+        "it flipped in A1 (-0.45 then +0.20)."
+    )

@@ -395,22 +395,61 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
     ]
     lines += verdict_lines
     plateau = plateau_line(base_result)
+    earlier = earlier_line(base_result, results)
     heads = narrow_heads(results)
-    return tuple(lines + [line for line in (plateau, heads) if line])
+    return tuple(lines + [line for line in (plateau, earlier, heads) if line])
 
 
 PLATEAU_FRACTION = 0.2  # the last fifth of the budget
 PLATEAU_TOLERANCE = 0.02  # a plateau: dev PPL moves by less than 2 % over it
 
 
+def value_before(curve: Sequence[tuple[int, float]], step: float) -> Optional[float]:
+    """The curve's last value at or before `step`; None when it has none that early."""
+    before = [value for at, value in curve if at <= step]
+    return before[-1] if before else None
+
+
 def plateau_change(curve: Sequence[tuple[int, float]], last_step: int) -> Optional[float]:
     """Relative change of dev PPL over the last fifth of a run's steps: from the last evaluation at or before
     step 0.8 × last_step to the last evaluation; None when the curve has no point that early."""
-    start = last_step * (1 - PLATEAU_FRACTION)
-    before = [value for step, value in curve if step <= start]
-    if not before or not curve:
+    start = value_before(curve, last_step * (1 - PLATEAU_FRACTION))
+    if start is None or not curve:
         return None
-    return (curve[-1][1] - before[-1]) / before[-1]
+    return (curve[-1][1] - start) / start
+
+
+def early_ppl(run: RunRecord) -> Optional[float]:
+    """Dev PPL at the start of the run's last fifth (before a cool-down of that length): where a shorter budget
+    without the decay would have stopped."""
+    steps = run.metrics.get("steps")
+    if not isinstance(steps, int):
+        return None
+    return value_before(read_curves(run.folder)["dev/ppl"], steps * (1 - PLATEAU_FRACTION))
+
+
+def earlier_line(base: RowResult, results: Sequence[RowResult]) -> Optional[str]:
+    """Whether each row's mean Δ PPL already had its final sign at 80 % of the budgets (seed-paired, like Δ): a
+    sign that flips late says the comparison depends on the budget, as it does when rows learn at different speeds."""
+    base_early = {run.spec.seed: early_ppl(run) for run in base.done}
+    held, flipped = [], []
+    for result in results:
+        final = result.evidence.ppl.mean if result.evidence is not None else None
+        if result is base or final is None:
+            continue
+        pairs = [(early_ppl(run), base_early.get(run.spec.seed)) for run in result.done]
+        diffs = [row - reference for row, reference in pairs if row is not None and reference is not None]
+        if not diffs:
+            continue
+        early = math.fsum(diffs) / len(diffs)
+        (held if (early > 0) == (final > 0) else flipped).append(f"{result.row.id} ({early:+.2f} then {final:+.2f})")
+    if not held and not flipped:
+        return None
+    return (
+        f"Earlier in training: at 80 % of each run's steps, the mean Δ PPL had its final sign in {len(held)} of "
+        f"{len(held) + len(flipped)} row{'' if len(held) + len(flipped) == 1 else 's'}"
+        + (f"; it flipped in {', '.join(flipped)}." if flipped else ".")
+    )
 
 
 def plateau_line(base: RowResult) -> Optional[str]:
