@@ -428,26 +428,31 @@ def early_ppl(run: RunRecord) -> Optional[float]:
     return value_before(read_curves(run.folder)["dev/ppl"], steps * (1 - PLATEAU_FRACTION))
 
 
+def early_by_seed(result: RowResult) -> dict[int, float]:
+    """{seed: early_ppl} over the row's done runs that have a point that early."""
+    values = {run.spec.seed: early_ppl(run) for run in result.done}
+    return {seed: value for seed, value in values.items() if value is not None}
+
+
 def earlier_line(base: RowResult, results: Sequence[RowResult]) -> Optional[str]:
     """Whether each row's mean Δ PPL already had its final sign at 80 % of the budgets (seed-paired, like Δ): a
     sign that flips late says the comparison depends on the budget, as it does when rows learn at different speeds."""
-    base_early = {run.spec.seed: early_ppl(run) for run in base.done}
+    base_early = early_by_seed(base)
     held, flipped = [], []
     for result in results:
         final = result.evidence.ppl.mean if result.evidence is not None else None
         if result is base or final is None:
             continue
-        pairs = [(early_ppl(run), base_early.get(run.spec.seed)) for run in result.done]
-        diffs = [row - reference for row, reference in pairs if row is not None and reference is not None]
-        if not diffs:
+        early = paired_delta(early_by_seed(result), base_early).mean
+        if early is None:
             continue
-        early = math.fsum(diffs) / len(diffs)
         (held if (early > 0) == (final > 0) else flipped).append(f"{result.row.id} ({early:+.2f} then {final:+.2f})")
     if not held and not flipped:
         return None
+    judged = len(held) + len(flipped)
     return (
-        f"Earlier in training: at 80 % of each run's steps, the mean Δ PPL had its final sign in {len(held)} of "
-        f"{len(held) + len(flipped)} row{'' if len(held) + len(flipped) == 1 else 's'}"
+        f"Earlier in training: at {100 * (1 - PLATEAU_FRACTION):g} % of each run's steps, the mean Δ PPL had its "
+        f"final sign in {len(held)} of {judged} row{'' if judged == 1 else 's'}"
         + (f"; it flipped in {', '.join(flipped)}." if flipped else ".")
     )
 
