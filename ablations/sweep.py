@@ -129,12 +129,21 @@ class Sweep:
     seeds: tuple[int, ...] = (0,)
     description: str = ""
     scales: Optional[Path] = None  # the file's own scale presets (`scales:`), resolved beside it
+    reference: str = (
+        ""  # the row every Δ is measured against (`reference:`); "" is the row of group base, else the first
+    )
 
     def row(self, row_id: str) -> Row:
         for row in self.rows:
             if row.id == row_id:
                 return row
         raise ValueError(f"{self.path}: no row {row_id!r}; rows: {', '.join(r.id for r in self.rows)}")
+
+    def reference_row(self) -> Row:
+        """The row the table's Δ, intervals and verdicts are against; `ablate table --rows` always keeps it."""
+        if self.reference:
+            return self.row(self.reference)
+        return next((row for row in self.rows if row.group == "base"), self.rows[0])
 
     def where(self, row: Row) -> str:
         """How errors name a row: by its place in the file and by its id."""
@@ -233,7 +242,7 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     data = read_yaml(path)
     _expect(isinstance(data, dict), str(path), "a mapping with name, base, rows", type(data).__name__)
-    known = {"name", "description", "base", "rows", "seeds", "scales"}
+    known = {"name", "description", "base", "rows", "seeds", "scales", "reference"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{path}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}")
@@ -277,7 +286,16 @@ def load_sweep(path: str | Path) -> Sweep:
             )
         rows.append(Row(row_id, group, dict(overrides), PaperFigures(**paper)))
     scales = own_scales(path, data)
-    sweep = Sweep(name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")), scales)
+    reference = data.get("reference", "")
+    _expect(
+        reference == "" or reference in seen,
+        f"{path}: reference",
+        "the id of one of its rows (" + ", ".join(row.id for row in rows) + ")",
+        reference,
+    )
+    sweep = Sweep(
+        name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")), scales, reference
+    )
     for row in sweep.rows:
         paper_units(sweep, row)
     return sweep

@@ -143,24 +143,17 @@ def folders(out: Path) -> dict[str, Path]:
 
 def test_the_shipped_sweep_files_load():
     grid = load_sweep(ROOT / "sweeps" / "positional_norm.yaml")
-    assert [r.id for r in grid.rows] == [
-        "sin-post",
-        "sin-pre",
-        "learned-post",
-        "learned-pre",
-        "rope-post",
-        "rope-pre",
-        "none-post",
-        "none-pre",
-    ]
+    placements = ("post", "deepnorm", "pre")
+    assert [r.id for r in grid.rows] == [f"{p}-{n}" for p in ("sin", "learned", "rope", "none") for n in placements]
+    assert grid.reference_row().id == "sin-pre"
     assert grid.seeds == (0, 1) and {r.group for r in grid.rows} == {"sinusoidal", "learned", "rope", "none"}
     assert all(r.paper.ppl is None and r.paper.bleu is None and r.paper.params_m is None for r in grid.rows)
     table3 = load_sweep(ROOT / "sweeps" / "table3.yaml")
     assert grid.base == table3.base
     specs = expand(grid, scales_for(grid.path)["tiny"])
-    assert len(specs) == 16 and len({s.run_id for s in specs}) == 16
+    assert len(specs) == 24 and len({s.run_id for s in specs}) == 24
     cells = {(s.config.model.positional, s.config.model.norm_placement) for s in specs}
-    assert cells == {(p, n) for p in ("sinusoidal", "learned", "rope", "none") for n in ("post", "pre")}
+    assert cells == {(p, n) for p in ("sinusoidal", "learned", "rope", "none") for n in placements}
 
     smoke = load_sweep(ROOT / "sweeps" / "smoke.yaml")
     assert [r.id for r in smoke.rows] == ["base", "nopos"] and smoke.seeds == (0,)
@@ -224,6 +217,19 @@ def test_the_scale_help_names_every_project_preset():
     """The help of --scale once named tiny, small and paper only, after converged had been added."""
     for name in load_scales(PROJECT_SCALES):
         assert name in SCALE_HELP, name
+
+
+def test_a_sweep_names_the_row_its_deltas_are_against(corpus, tmp_path):
+    path = write_sweep(tmp_path, corpus, {"post": {"norm_placement": "post"}, "pre": {"norm_placement": "pre"}})
+    assert load_sweep(path).reference_row().id == "post"  # no `reference:` and no group base: the first row
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "reference": "pre"}, sort_keys=False))
+    assert load_sweep(path).reference_row().id == "pre"
+    path.write_text(yaml.safe_dump({**data, "reference": "mid"}, sort_keys=False))
+    with pytest.raises(
+        ValueError, match=r"test\.yaml: reference = 'mid': expected the id of one of its rows \(post, pre\)"
+    ):
+        load_sweep(path)
 
 
 def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):

@@ -265,6 +265,18 @@ def test_latex_is_booktabs_and_escaped(project):
     assert "21.0 $\\pm$ 1.4" in tex and "±" not in tex
 
 
+def test_a_named_reference_row_is_what_every_delta_is_against(project):
+    """positional_norm's first row, sin-post, does not train at the CPU widths; its Δ are against sin-pre."""
+    sweep = project / "sweeps" / "mini.yaml"
+    sweep.write_text(SWEEP.replace("seeds: [0, 1]", "seeds: [0, 1]\nreference: A1"), encoding="utf-8")
+    table, _ = make(project)
+    assert table.base.row.id == "A1"
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert (rows["base"]["Δ BLEU"], rows["base"]["Δ PPL"], rows["A1"]["Δ BLEU"]) == ("-3.5", "+0.60", "")
+    assert (rows["base"]["h"], rows["A1"]["h"]) == ("4", "1")  # blank cells are the reference's values
+    assert "a blank cell is A1's value" in "\n".join(table.notes)
+
+
 def test_extra_columns_for_fields_that_vary(project):
     sweep = project / "sweeps" / "mini.yaml"
     sweep.write_text(SWEEP + "  - {id: N1, group: N, overrides: {norm_placement: pre}}\n", encoding="utf-8")

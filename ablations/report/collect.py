@@ -58,7 +58,7 @@ class Selection:
     def row_ids(self, sweep: Sweep) -> Optional[list[str]]:
         if self.rows is None:
             return None
-        base = next((row for row in sweep.rows if row.group == "base"), sweep.rows[0]).id
+        base = sweep.reference_row().id
         return [row.id for row in sweep.rows if row.id in self.rows or row.id == base]
 
 

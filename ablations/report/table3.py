@@ -214,10 +214,6 @@ def deltas(result: RowResult, base: RowResult) -> dict[str, Optional[float]]:
     }
 
 
-def base_row(sweep: Sweep) -> Row:
-    return next((row for row in sweep.rows if row.group == "base"), sweep.rows[0])
-
-
 def summarize(row: Row, runs: Sequence[RunRecord], cells: Mapping[str, str]) -> RowResult:
     stats = {key: stat([measures(run.metrics)[key] for run in runs if run.done]) for key in MEASURES}
     return RowResult(row, dict(cells), tuple(runs), stats)
@@ -266,7 +262,7 @@ def build_table(
     for row in sweep.rows:
         runs_of_row = [run for run in records if run.spec.row == row.id]
         summaries[row.id] = summarize(row, runs_of_row, paper_unit_cells(paper_units(sweep, row), extra))
-    base = summaries[base_row(sweep).id]
+    base = summaries[sweep.reference_row().id]
     results = with_verdicts(tuple(summaries.values()), base)
     base = next(result for result in results if result.row.id == base.row.id)
     return Table(

@@ -25,7 +25,7 @@ from .collect import RunRecord, collect, publish_finished
 from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .stats import PairedDelta, seed_interval
-from .table3 import RowResult, Table, base_row, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
+from .table3 import RowResult, Table, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
 
 # The paper's Table 4 as printed: (parser, training, WSJ section 23 F1). Only the Transformer's WSJ-only row has a
 # counterpart in the sweep; the semi-supervised one trained on ~17M sentences this framework does not have.
@@ -98,7 +98,7 @@ def build_table(
     scale = scales[scale_name]
     records = publish_finished(collect(sweep, scale, runs, out), sweep, scale, out)
     results = tuple(summarize(row, [run for run in records if run.spec.row == row.id]) for row in sweep.rows)
-    base = next(result for result in results if result.row.id == base_row(sweep).id)
+    base = next(result for result in results if result.row.id == sweep.reference_row().id)
     return Table(sweep, scale, (), base, results, header_lines(sweep, scale, records), notes(scale, results))
 
 
