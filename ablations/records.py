@@ -83,6 +83,15 @@ def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(Path(run_dir) / METRICS_FILE)
 
 
+def run_seconds(metrics: dict[str, Any]) -> Optional[float]:
+    """What a run's kept work took, in seconds: `wall_seconds` is its last attempt's alone, so a run resumed from a
+    checkpoint counts at least its `train_seconds`, which the checkpoint carries over (the work an attempt lost
+    after its last checkpoint is in neither). None where the record has neither."""
+    values = [metrics.get(key) for key in ("wall_seconds", "train_seconds")]
+    values = [float(value) for value in values if isinstance(value, (int, float)) and value > 0]
+    return max(values) if values else None
+
+
 def _open_lock_file(path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

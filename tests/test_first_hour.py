@@ -73,6 +73,21 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     )
     text = " ".join(capsys.readouterr().out.split())
     assert "expected wall time ≈ 3m20s on 2 worker(s)" in text and "no measured cost for 1 more run(s)" in text
+    # A resumed run: wall_seconds are its last attempt's (converged D1-s2: 878 s after a restart at step 1,800),
+    # train_seconds carry over the resume (1,945 s); the cost was priced at the last attempt alone.
+    (done.dir / "metrics.json").write_text(
+        json.dumps(
+            {
+                "status": "done",
+                "attempts": 2,
+                "wall_seconds": 878.0,
+                "train_seconds": 1945.0,
+                "steps": steps,
+                "run_id": done.spec.run_id,
+            }
+        )
+    )
+    assert local.run_cost(done, local.measured_costs(out, empty)) == 1945.0
     # the unmeasured N2 guessed from its FLOPs at the measured twin's seconds per FLOP (N 2 against the sweep's 1)
     rows = {
         row["run_id"]: row

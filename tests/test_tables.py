@@ -171,6 +171,17 @@ def test_mean_std_and_deltas_against_base(project):
     assert (rows["base"]["steps"], rows["base"]["tokens/s"], rows["base"]["wall (min)"]) == ("100", "5000", "1.5")
 
 
+def test_a_resumed_runs_wall_is_its_whole_work_not_its_last_attempt(project):
+    """A record's wall_seconds are its last attempt's; train_seconds carry over a resume from the checkpoint."""
+    folder = next((project / "runs").glob("*/*/A2-s0-*"))
+    write_json(
+        folder / "metrics.json", {"status": "done", "seed": 0, **done(20.0, 5.2), "attempts": 2, "train_seconds": 600.0}
+    )
+    make(project)
+    rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert rows["A2"]["wall (min)"] == "10.0"  # not the last attempt's 1.5
+
+
 def test_missing_and_failed_runs_are_named_never_zero(project):
     table, _ = make(project)
     rows = markdown_rows((project / "results" / "mini_tiny.md").read_text(encoding="utf-8"))

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_modules.config import BatchPlan, batch_plan
 
-from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
+from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, run_seconds, update_metrics
 from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, take_published, twin_of
 from .processes import (
     GRACE_SECONDS,
@@ -83,7 +83,7 @@ RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results
 
 
 def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
-    """Measured `wall_seconds` of finished (done) runs under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under
+    """Measured seconds (`run_seconds`: a resumed run's whole work, not its last attempt's) of finished (done) runs under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under
     results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`), keyed by run id (seconds) and by (sweep, scale, row)
     ((seconds, steps trained)); the latest seen wins. Runs of the out folder are read after the records, so one's own machine counts first."""
     costs: dict[Any, Any] = {}
@@ -92,8 +92,8 @@ def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
             continue
         for path in sorted(root.glob("*/*/*/metrics.json" if nested else "*/*/metrics.json")):
             record = read_metrics(path.parent) or {}
-            seconds = record.get("wall_seconds")
-            if record.get("status") != "done" or not isinstance(seconds, (int, float)) or seconds <= 0:
+            seconds = run_seconds(record)
+            if record.get("status") != "done" or seconds is None:
                 continue
             folder = path.parent
             if nested:

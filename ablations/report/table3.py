@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
-from ..records import write_renderings
+from ..records import run_seconds, write_renderings
 from ..sweep import Row, Scale, Sweep, load_sweep, paper_units, scales_for
 from .collect import (
     RunRecord,
@@ -76,7 +76,7 @@ def measures(metrics: Mapping[str, Any]) -> dict[str, Optional[float]]:
         "params_m": scaled(metrics.get("params"), 1e-6),
         "steps": metrics.get("steps"),
         "tokens_per_s": metrics.get("train_tokens_per_second"),
-        "wall_min": scaled(metrics.get("wall_seconds"), 1 / 60),
+        "wall_min": scaled(run_seconds(metrics), 1 / 60),
     }
 
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from lightning_modules.config import DataConfig
 
-from ..records import write_atomic, write_renderings
+from ..records import run_seconds, write_atomic, write_renderings
 from ..sweep import Scale, Sweep, expand, load_sweep, scales_for
 from .collect import RunRecord, collect, publish_finished
 from .dashboard import DATA_KIND, run_data
@@ -58,7 +58,7 @@ def is_parsing(sweep: Sweep, scale: Scale) -> bool:
 
 
 def measures(metrics: Mapping[str, Any]) -> dict[str, Optional[float]]:
-    wall = metrics.get("wall_seconds")
+    wall = run_seconds(dict(metrics))
     values = {key: metrics.get(key) for key in MEASURES if key != "wall_min"}
     return {**values, "wall_min": None if wall is None else wall / 60}
 
