@@ -263,7 +263,8 @@ def print_plan(
         else:
             console.print(
                 f"expected wall time ≈ {duration(expected_wall(known, workers))} on {workers} "
-                f"worker(s), from the measured wall_seconds of finished runs (same run id, or same row at this scale)"
+                f"worker(s), from the measured seconds of finished runs (same run id, or same row at this scale; a resumed "
+                "run's whole work, not its last attempt)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
             )
         rate = seconds_per_flop(runs, costs, flops_of) if unknown else None
