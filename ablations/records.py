@@ -14,7 +14,7 @@ import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import yaml
 
@@ -83,7 +83,7 @@ def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
     return read_json(Path(run_dir) / METRICS_FILE)
 
 
-def run_seconds(metrics: dict[str, Any]) -> Optional[float]:
+def run_seconds(metrics: Mapping[str, Any]) -> Optional[float]:
     """What a run's kept work took, in seconds: `wall_seconds` is its last attempt's alone, so a run resumed from a
     checkpoint counts at least its `train_seconds`, which the checkpoint carries over (the work an attempt lost
     after its last checkpoint is in neither). None where the record has neither."""

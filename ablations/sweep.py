@@ -129,9 +129,8 @@ class Sweep:
     seeds: tuple[int, ...] = (0,)
     description: str = ""
     scales: Optional[Path] = None  # the file's own scale presets (`scales:`), resolved beside it
-    reference: str = (
-        ""  # the row every Δ is measured against (`reference:`); "" is the row of group base, else the first
-    )
+    # The row every Δ is measured against (`reference:`); "" is the row of group base, else the first.
+    reference: str = ""
 
     def row(self, row_id: str) -> Row:
         for row in self.rows:

@@ -83,9 +83,10 @@ RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results
 
 
 def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
-    """Measured seconds (`run_seconds`: a resumed run's whole work, not its last attempt's) of finished (done) runs under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under
-    results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`), keyed by run id (seconds) and by (sweep, scale, row)
-    ((seconds, steps trained)); the latest seen wins. Runs of the out folder are read after the records, so one's own machine counts first."""
+    """Measured seconds (`run_seconds`: a resumed run's whole work, not its last attempt's) of finished (done) runs
+    under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`),
+    keyed by run id (seconds) and by (sweep, scale, row) ((seconds, steps trained)); the latest seen wins. Runs of
+    the out folder are read after the records, so one's own machine counts first."""
     costs: dict[Any, Any] = {}
     for root, nested in ((records, False), (out, True)):
         if not root.is_dir():

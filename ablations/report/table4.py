@@ -58,7 +58,7 @@ def is_parsing(sweep: Sweep, scale: Scale) -> bool:
 
 
 def measures(metrics: Mapping[str, Any]) -> dict[str, Optional[float]]:
-    wall = run_seconds(dict(metrics))
+    wall = run_seconds(metrics)
     values = {key: metrics.get(key) for key in MEASURES if key != "wall_min"}
     return {**values, "wall_min": None if wall is None else wall / 60}
 
@@ -98,7 +98,8 @@ def build_table(
     scale = scales[scale_name]
     records = publish_finished(collect(sweep, scale, runs, out), sweep, scale, out)
     results = tuple(summarize(row, [run for run in records if run.spec.row == row.id]) for row in sweep.rows)
-    base = next(result for result in results if result.row.id == sweep.reference_row().id)
+    reference = sweep.reference_row().id
+    base = next(result for result in results if result.row.id == reference)
     return Table(sweep, scale, (), base, results, header_lines(sweep, scale, records), notes(scale, results))
 
 
