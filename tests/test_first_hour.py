@@ -101,6 +101,26 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     assert f"≈ {wall} on 2 worker(s), {local.duration(200.0 + guess)} of worker time" in text
 
 
+def test_the_wall_guess_fits_a_per_flop_and_a_per_layer_step_cost_when_the_runs_tell_them_apart():
+    from ablations.launch.cost import fit_wall_guess
+
+    assert fit_wall_guess([]) is None
+    # made by 5 s per TFLOP + 80 ms per layer-step: a narrow deep row, base, a wide one and a shallow one
+    truth = [(2.2e13, 18_000), (5.5e13, 18_000), (1.5e14, 18_000), (2.2e13, 6_000)]
+    guess = fit_wall_guess([(flops, layers, 5e-12 * flops + 0.08 * layers) for flops, layers in truth])
+    assert guess.seconds_per_flop == pytest.approx(5e-12) and guess.seconds_per_layer_step == pytest.approx(0.08)
+    assert guess.seconds(6.4e14, 54_000) == pytest.approx(5e-12 * 6.4e14 + 0.08 * 54_000)
+    assert "fit over 4 measured run(s)" in guess.basis and "at most 0%" in guess.basis
+    # one row, or rows whose FLOPs are proportional to their layer-steps, cannot tell the terms apart: the median
+    # seconds per FLOP alone, as before the fit
+    for measured in ([(5.5e13, 18_000, 2_000.0), (5.5e13, 18_000, 2_200.0)], [(1e13, 10, 100.0), (2e13, 20, 300.0)]):
+        only_flops = fit_wall_guess(measured)
+        assert only_flops.seconds_per_layer_step == 0.0 and "median" in only_flops.basis
+    assert fit_wall_guess([(1e13, 10, 100.0), (2e13, 20, 300.0)]).seconds_per_flop == pytest.approx(1.5e-11)
+    # a negative term (here: more FLOPs, less time) is no cost model either
+    assert fit_wall_guess([(1e13, 10, 300.0), (3e13, 10, 100.0)]).seconds_per_layer_step == 0.0
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One test-sized run (5 steps), trained in this process: its folder, config, meta and record."""

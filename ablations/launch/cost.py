@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 GPU_CHECK_FILE = "gpu_check.json"
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 # The assumption when nothing is measured: 30 % of the dense bf16 peak of an H100/H200 (989 TFLOP/s). A stated
@@ -91,3 +93,48 @@ def basis_lines(throughputs: Sequence[Optional[Throughput]]) -> list[str]:
         if throughput is not None and throughput.basis not in seen:
             seen.append(throughput.basis)
     return seen
+
+
+@dataclass(frozen=True)
+class WallGuess:
+    """Wall seconds of a run not measured yet, from the ones that were: seconds_per_flop × its counted FLOPs plus
+    seconds_per_layer_step × N × steps. The second term is the cost a step pays per layer whatever the width (operator
+    dispatch, small kernels, the optimiser's per-tensor work): it dominates at the tiny widths a CPU trains, which is
+    why one seconds-per-FLOP rate prices a narrow row too cheap and a wide one too dear."""
+
+    seconds_per_flop: float
+    seconds_per_layer_step: float
+    basis: str  # one line for the dry run: which form, fitted over how many runs
+
+    def seconds(self, flops: float, layer_steps: float) -> float:
+        return self.seconds_per_flop * flops + self.seconds_per_layer_step * layer_steps
+
+
+def fit_wall_guess(measured: Sequence[tuple[float, float, float]]) -> Optional[WallGuess]:
+    """A WallGuess from (counted FLOPs, N × steps, measured seconds) of finished runs; None without any.
+
+    Least squares on relative error (each run weighs the same, whatever its length), over both terms when the runs
+    tell them apart (at least two distinct, non-proportional (FLOPs, layer-steps) pairs) and both come out positive;
+    otherwise the median seconds per FLOP alone, as with a single measured row."""
+    points = [(flops, layers, seconds) for flops, layers, seconds in measured if min(flops, layers, seconds) > 0]
+    if not points:
+        return None
+    rates = sorted(seconds / flops for flops, _, seconds in points)
+    median = WallGuess(rates[len(rates) // 2], 0.0, f"the median seconds per FLOP of {len(points)} measured run(s)")
+    # Each run's equation divided by its seconds: rows of ten minutes and of three hours count alike.
+    design = np.array([(flops / seconds, layers / seconds) for flops, layers, seconds in points])
+    if np.linalg.matrix_rank(design / design.max(axis=0)) < 2:  # every run has the same FLOPs per layer-step
+        return median
+    (per_flop, per_layer_step), *_ = np.linalg.lstsq(design, np.ones(len(points)), rcond=None)
+    if per_flop <= 0 or per_layer_step <= 0:
+        return median
+    worst = max(
+        abs(per_flop * flops + per_layer_step * layers - seconds) / seconds for flops, layers, seconds in points
+    )
+    return WallGuess(
+        float(per_flop),
+        float(per_layer_step),
+        f"a fit over {len(points)} measured run(s): {per_flop * 1e12:.3g} s per TFLOP + "
+        f"{per_layer_step * 1e3:.3g} ms per layer-step (N × steps); it misses the measured runs by at most "
+        f"{worst:.0%}",
+    )

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 from lightning_modules.config import BatchPlan, batch_plan
 
 from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, run_seconds, update_metrics
+from .cost import WallGuess, fit_wall_guess
 from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, take_published, twin_of
 from .processes import (
     GRACE_SECONDS,
@@ -122,14 +123,19 @@ def run_cost(run: Run, costs: dict[Any, Any]) -> Optional[float]:
     return seconds * spec.config.train.max_steps / steps if steps else seconds
 
 
-def seconds_per_flop(runs: list[Run], costs: dict[Any, Any], flops_of: dict[str, float]) -> Optional[float]:
-    """The median measured wall seconds per planned training FLOP over the runs with a measured cost (None if none)."""
-    rates = sorted(
-        cost / flops_of[run.spec.run_id]
+def layer_steps(run: Run) -> int:
+    """N × steps: what a run's per-layer step cost scales with (the second term of a WallGuess)."""
+    return run.spec.config.model.N * run.spec.config.train.max_steps
+
+
+def wall_guess(runs: list[Run], costs: dict[Any, Any], flops_of: dict[str, float]) -> Optional[WallGuess]:
+    """The wall-time guess fitted to the runs with a measured cost (None if none has one)."""
+    measured = [
+        (flops_of.get(run.spec.run_id, 0.0), float(layer_steps(run)), cost)
         for run, cost in ((run, run_cost(run, costs)) for run in runs)
-        if cost is not None and flops_of.get(run.spec.run_id, 0) > 0
-    )
-    return rates[len(rates) // 2] if rates else None
+        if cost is not None
+    ]
+    return fit_wall_guess(measured)
 
 
 def expected_wall(seconds: list[float], workers: int) -> float:
@@ -268,13 +274,17 @@ def print_plan(
                 "run's whole work, not its last attempt)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
             )
-        rate = seconds_per_flop(runs, costs, flops_of) if unknown else None
-        if rate is not None:
-            guessed = [flops_of[run.spec.run_id] * rate if cost is None else cost for run, cost in todo_costs]
+        guess = wall_guess(runs, costs, flops_of) if unknown else None
+        if guess is not None:
+            guessed = [
+                guess.seconds(flops_of[run.spec.run_id], layer_steps(run)) if cost is None else cost
+                for run, cost in todo_costs
+            ]
             console.print(
-                f"with the {unknown} unmeasured run(s) guessed from their FLOPs at the measured runs' "
-                f"{rate * 1e12:.3g} s per TFLOP: ≈ {duration(expected_wall(guessed, workers))} on {workers} worker(s), "
-                f"{duration(sum(guessed))} of worker time (a guess: a small model costs more per FLOP, a large one less)"
+                f"with the {unknown} unmeasured run(s) guessed from their FLOPs and layer-steps by {guess.basis}: "
+                f"≈ {duration(expected_wall(guessed, workers))} on {workers} worker(s), {duration(sum(guessed))} of "
+                "worker time (a guess until each row has a finished run)",
+                markup=False,
             )
 
 
