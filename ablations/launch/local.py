@@ -241,15 +241,14 @@ def print_plan(
         + f"; training FLOPs ≈ {total['flops']:.2e} in all, {total['flops_to_run']:.2e} still to run (counted: 3 × "
         "forward, tokens per side = steps × the step's token budget, padding included)"
     )
-    gpu_hours_line = f"GPU-hours ≈ {total['gpu_hours']:.3g} in all, {total['gpu_hours_to_run']:.3g} still to run"
+    gpu_hours_line = (
+        f"GPU-hours ≈ {total['gpu_hours']:.3g} in all, {total['gpu_hours_to_run']:.3g} still to run; on {workers} "
+        f"worker(s) of {devices} GPU(s) ≈ {total['wall_hours_to_run']:.3g} h wall (training only, longest first, "
+        "perfect scaling over a run's devices"
+    )
     if slots and all(slot.gpu is None for slot in slots):
-        # A CPU sweep: what the same runs would take on GPUs, not a wall time here (that is the guess below).
-        gpu_hours_line = "On GPUs, not these CPU workers: " + gpu_hours_line + " (training only"
-    else:
-        gpu_hours_line += (
-            f"; on {workers} worker(s) of {devices} GPU(s) ≈ {total['wall_hours_to_run']:.3g} h wall (training only, "
-            "longest first, perfect scaling over a run's devices"
-        )
+        # Planning GPU runs from a CPU machine: these figures are not this machine's (its guess is printed below).
+        gpu_hours_line = "On GPUs, not these CPU workers: " + gpu_hours_line
     console.print(
         gpu_hours_line + "; validation decoding not counted). Rate: " + "; ".join(bases),
         markup=False,
