@@ -98,9 +98,10 @@ def basis_lines(throughputs: Sequence[Optional[Throughput]]) -> list[str]:
 @dataclass(frozen=True)
 class WallGuess:
     """Wall seconds of a run not measured yet, from the ones that were: seconds_per_flop × its counted FLOPs plus
-    seconds_per_layer_step × N × steps. The second term is the cost a step pays per layer whatever the width (operator
-    dispatch, small kernels, the optimiser's per-tensor work): it dominates at the tiny widths a CPU trains, which is
-    why one seconds-per-FLOP rate prices a narrow row too cheap and a wide one too dear."""
+    seconds_per_layer_step × N × steps. The second term is what a step pays per layer beyond its counted FLOPs (at
+    the widths a CPU trains, many small operators, each with a cost of its own): fitted to the converged Table 3 it
+    is most of a base step, which is why one seconds-per-FLOP rate priced a shallow row too dear and a wide or deep,
+    long one (big) far too dear."""
 
     seconds_per_flop: float
     seconds_per_layer_step: float
