@@ -100,8 +100,8 @@ class WallGuess:
     """Wall seconds of a run not measured yet, from the ones that were: seconds_per_flop × its counted FLOPs plus
     seconds_per_layer_step × N × steps. The second term is what a step pays per layer beyond its counted FLOPs (at
     the widths a CPU trains, many small operators, each with a cost of its own): fitted to the converged Table 3 it
-    is most of a base step, which is why one seconds-per-FLOP rate priced a shallow row too dear and a wide or deep,
-    long one (big) far too dear."""
+    is most of a base step, which is why one seconds-per-FLOP rate priced a narrow six-layer row (C4) too cheap and a
+    wide one (C5, big) too dear."""
 
     seconds_per_flop: float
     seconds_per_layer_step: float
