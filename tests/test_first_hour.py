@@ -97,6 +97,7 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     guess = 200.0 * rows[twin_n2.spec.run_id]["flops"] / rows[twin.spec.run_id]["flops"]
     assert 200.0 < guess < 600.0
     assert "with the 1 unmeasured run(s) guessed from their FLOPs" in text
+    assert "by the median seconds per FLOP of 1 measured run(s)" in text  # one row cannot tell the fit's terms apart
     wall = local.duration(local.expected_wall([200.0, guess], 2))
     assert f"≈ {wall} on 2 worker(s), {local.duration(200.0 + guess)} of worker time" in text
 

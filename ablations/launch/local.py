@@ -129,12 +129,18 @@ def layer_steps(run: Run) -> int:
 
 
 def wall_guess(runs: list[Run], costs: dict[Any, Any], flops_of: dict[str, float]) -> Optional[WallGuess]:
-    """The wall-time guess fitted to the runs with a measured cost (None if none has one)."""
-    measured = [
-        (flops_of.get(run.spec.run_id, 0.0), float(layer_steps(run)), cost)
-        for run, cost in ((run, run_cost(run, costs)) for run in runs)
-        if cost is not None
-    ]
+    """The wall-time guess fitted to the measured costs (None if there are none): each run that finished itself,
+    and once per row the cost of a row known only through its finished twin (another step count, scaled by it);
+    counting that twin for each of the row's seeds would weigh one measurement several times."""
+    measured, rows_seen = [], set()
+    for run in sorted(runs, key=lambda run: run.spec.run_id not in costs):  # own measurements first
+        row = (run.spec.sweep, run.spec.scale, run.spec.row)
+        cost = costs.get(run.spec.run_id)
+        if cost is None and row not in rows_seen:
+            cost = run_cost(run, costs)
+        if cost is not None:
+            measured.append((flops_of.get(run.spec.run_id, 0.0), float(layer_steps(run)), cost))
+            rows_seen.add(row)
     return fit_wall_guess(measured)
 
 
