@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -129,13 +129,11 @@ def fit_wall_guess(measured: Sequence[tuple[float, float, float]]) -> Optional[W
     (per_flop, per_layer_step), *_ = np.linalg.lstsq(design, np.ones(len(points)), rcond=None)
     if per_flop <= 0 or per_layer_step <= 0:
         return median
-    worst = max(
-        abs(per_flop * flops + per_layer_step * layers - seconds) / seconds for flops, layers, seconds in points
-    )
-    return WallGuess(
-        float(per_flop),
-        float(per_layer_step),
-        f"a fit over {len(points)} measured run(s): {per_flop * 1e12:.3g} s per TFLOP + "
+    fitted = WallGuess(float(per_flop), float(per_layer_step), "")
+    worst = max(abs(fitted.seconds(flops, layers) - seconds) / seconds for flops, layers, seconds in points)
+    return replace(
+        fitted,
+        basis=f"a fit over {len(points)} measured run(s): {per_flop * 1e12:.3g} s per TFLOP + "
         f"{per_layer_step * 1e3:.3g} ms per layer-step (N × steps); it misses the measured runs by at most "
         f"{worst:.0%}",
     )
