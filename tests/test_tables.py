@@ -356,3 +356,35 @@ def test_the_notes_say_whose_ppl_delta_changed_sign_after_80_percent_of_the_budg
         "Earlier in training: at 80 % of each run's steps, the mean Δ PPL had its final sign in 1 of 2 rows; "
         "it flipped in A1 (-0.45 then +0.20)."
     )
+
+
+def test_the_notes_and_the_data_name_a_run_that_never_learned_and_keep_it_in_the_statistics(tmp_path):
+    """A seed that finished without learning (dev BLEU under 1) is named with its final and best dev PPL, and stays
+    in the row's mean: dropping it after seeing it would choose the result."""
+    from ablations.report.table3 import row_statistics
+
+    specs = write_project(tmp_path, "mini", SWEEP)
+    runs = tmp_path / "runs"
+    write_run(runs, specs["base", 0], "done", BAD, **done(20.0, 5.0))
+    write_run(runs, specs["base", 1], "done", BAD, **done(22.0, 5.4))
+    write_run(runs, specs["A1", 0], "done", BAD, **done(21.0, 5.1))
+    stuck = write_run(runs, specs["A1", 1], "done", BAD, **done(0.3, 24.1))
+    write_atomic(stuck / "logs" / "attempt-1" / "metrics.csv", "dev/ppl,step\n30.0,40\n10.7,80\n24.1,100\n")
+    write_run(runs, specs["A2", 0], "done", BAD, **{**done(0.0, 9.0), "dev_ppl": None})
+    table, _ = make(tmp_path)
+    (line,) = [note for note in table.notes if note.startswith("Did not learn")]
+    assert line.startswith(
+        "Did not learn (final dev BLEU under 1): A1 s1 (dev BLEU 0.3, dev PPL 24.10; best dev PPL 10.70), A2 s0 "
+        "(dev BLEU 0.0). These runs stay in the means"
+    )
+    a1 = next(result for result in table.rows if result.row.id == "A1")
+    assert a1.stats["dev_bleu"].mean == pytest.approx(10.65)
+    by_row = {entry["row"]: entry for entry in row_statistics(table)}
+    assert by_row["A1"]["seeds_not_learned"] == [1]
+    assert by_row["A2"]["seeds_not_learned"] == [0]
+    assert by_row["D1"]["seeds_not_learned"] == []
+
+
+def test_no_note_when_every_run_learned(project):
+    table, _ = make(project)
+    assert not [note for note in table.notes if note.startswith("Did not learn")]

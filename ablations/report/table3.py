@@ -393,7 +393,39 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
     plateau = plateau_line(base_result)
     earlier = earlier_line(base_result, results)
     heads = narrow_heads(results)
-    return tuple(lines + [line for line in (plateau, earlier, heads) if line])
+    stalled = not_learned_line(results)
+    return tuple(lines + [line for line in (plateau, earlier, heads, stalled) if line])
+
+
+NOT_LEARNED_BLEU = 1.0  # a finished run whose final dev BLEU is below this did not learn to translate
+
+
+def not_learned(result: RowResult) -> list[RunRecord]:
+    """The row's done runs that finished without learning the task (final dev BLEU under NOT_LEARNED_BLEU)."""
+    return [
+        run
+        for run in result.done
+        if isinstance(bleu := run.metrics.get("dev_bleu"), (int, float)) and bleu < NOT_LEARNED_BLEU
+    ]
+
+
+def not_learned_line(results: Sequence[RowResult]) -> Optional[str]:
+    """Names the runs that never learned, with their final and best dev PPL. They stay in the means and
+    intervals as they ran: leaving a seed out after seeing its result would choose the result."""
+    cells = []
+    for result in results:
+        for run in not_learned(result):
+            ppl = run.metrics.get("dev_ppl")
+            curve = read_curves(run.folder)["dev/ppl"]
+            final = f", dev PPL {ppl:.2f}" if isinstance(ppl, (int, float)) else ""
+            best = f"; best dev PPL {min(v for _, v in curve):.2f}" if curve else ""
+            cells.append(f"{result.row.id} s{run.spec.seed} (dev BLEU {run.metrics['dev_bleu']:.1f}{final}{best})")
+    if not cells:
+        return None
+    return (
+        f"Did not learn (final dev BLEU under {NOT_LEARNED_BLEU:g}): {', '.join(cells)}. These runs stay in the "
+        "means, intervals and verdicts as they ran; leaving them out after seeing them would choose the result."
+    )
 
 
 PLATEAU_FRACTION = 0.2  # the last fifth of the budget
@@ -688,6 +720,7 @@ def row_statistics(table: Table) -> list[dict[str, Any]]:
                 "delta_bleu_ci": None if result.evidence.bleu.ci is None else list(result.evidence.bleu.ci),
                 "delta_ppl_ci": None if result.evidence.ppl.ci is None else list(result.evidence.ppl.ci),
                 "seeds": list(result.evidence.bleu.seeds),
+                "seeds_not_learned": sorted(run.spec.seed for run in not_learned(result)),
             }
         )
     return out
