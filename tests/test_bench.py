@@ -271,7 +271,7 @@ def test_a_trained_model_stops_at_eos_and_hf_generate_returns_our_hypotheses(tmp
     theirs = contenders.decode_hf(marian.hf_from_ours(model), sources, quick.beam_size)
     caps = [int((s != PAD_ID).sum(dim=1).max()) + contenders.MAX_LEN_OFFSET for s in sources for _ in range(len(s))]
     lengths = trained.output_lengths(ours, caps)
-    # Most outputs end at EOS and none is empty; an untrained model runs every one to the cap. One sentence in
+    # Most outputs end at EOS and they are not empty; an untrained model runs every one to the cap. One sentence in
     # 24 looping to the cap is float noise across CPUs (one CI run gave 1 of 24 where earlier runs gave none).
     assert lengths["at_length_cap"] <= 0.125 and lengths["mean_output_tokens"] > 1
     assert sum(a == b for a, b in zip(ours, theirs)) / len(ours) >= 0.95
