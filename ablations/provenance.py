@@ -16,16 +16,23 @@ def cpu_model() -> str:
 
 
 def hardware() -> dict[str, Any]:
-    """What ran the run, for table headers: device, CPU model, threads, and the code's commit."""
+    """What ran the run, for table headers: device, CPU model, threads and torch. The code's commit is not here: a
+    run reads it when each attempt starts (`code_commit`), since the checkout may move on while it trains."""
     import torch
 
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "cpu_model": cpu_model(),
         "torch_threads": torch.get_num_threads(),
-        "commit": code_commit(),
         "torch_version": torch.__version__,
     }
+
+
+def trained_by(attempt_commits: list[Optional[str]]) -> Optional[str]:
+    """The record's `commit`: the commits its attempts started from, distinct and in order ("a, b" where a resumed
+    run's attempts ran different code); None when no attempt could read one."""
+    known = list(dict.fromkeys(commit for commit in attempt_commits if commit))
+    return ", ".join(known) or None
 
 
 def code_commit(directory: Path = Path(__file__).parent) -> Optional[str]:

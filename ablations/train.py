@@ -27,7 +27,7 @@ from lightning_modules.config import BatchPlan, RunConfig, batch_plan
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TranslationDataModule
 from lightning_modules.module import TranslationModule
 
-from .provenance import hardware
+from .provenance import code_commit, hardware, trained_by
 from .records import LOG_TAIL_LINES, read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
 
 log = logging.getLogger("ablate")
@@ -257,7 +257,9 @@ def record_start(
     """The lead rank writes config.yaml and records the attempt `running`, clearing an earlier failure's fields.
 
     Both say how this attempt cuts a step (`plan`: devices over all nodes, tokens per device and micro-batch,
-    accumulation): config.yaml under meta.batch, metrics.json at its top level.
+    accumulation): config.yaml under meta.batch, metrics.json at its top level. metrics.json's `attempt_commits`
+    gains the commit of the code this attempt runs, read now: the process has imported it, and a checkout that moves
+    on before the run ends must not rename the code that trained it.
 
     Returns the record as it was before, and the attempt's number (1 for a first run): ranks >= 1 start after rank
     0 recorded it, so they read the same number without adding one.
@@ -277,6 +279,7 @@ def record_start(
             run_id=config.run_id(),
             started_at=started,
             nodes=nodes,
+            attempt_commits=[*(previous.get("attempt_commits") or []), code_commit()],
             **plan.to_dict(),
             **cleared,
         )
@@ -364,12 +367,16 @@ def fit_trainer(
     )
 
 
-def record_divergence(run_dir: Path, module: TranslationModule, started: float) -> dict[str, Any]:
-    """A run whose training loss was not finite: `diverged` at that step, with what it had trained."""
+def record_divergence(
+    run_dir: Path, module: TranslationModule, started: float, attempt_commits: list[Optional[str]]
+) -> dict[str, Any]:
+    """A run whose training loss was not finite: `diverged` at that step, with what it had trained and the code
+    that trained it."""
     step, loss = module.diverged["step"], module.diverged["loss"]
     return update_metrics(
         run_dir,
         status="diverged",
+        commit=trained_by(attempt_commits),
         diverged_step=step,
         steps=step - 1,
         reason=f"training loss {loss} at step {step}",
@@ -477,9 +484,11 @@ def result_metrics(
     test: dict[str, Any],
     averaged: Optional[dict[str, Any]],
     started: float,
+    attempt_commits: list[Optional[str]],
 ) -> dict[str, Any]:
     """The finished run's record: dev and test scores of the last checkpoint (Table 3's protocol), those of the
-    checkpoint average under `averaged` when the run asks for one (Table 2's), cost, and what ran it."""
+    checkpoint average under `averaged` when the run asks for one (Table 2's), cost, and what ran it (`commit`:
+    the code its attempts started from, `trained_by`)."""
     train_seconds = module.train_seconds
     wall = time.time() - started
     scores = parse_scores(dev, test) if config.data.task == "parsing" else translation_scores(dev, test)
@@ -507,6 +516,7 @@ def result_metrics(
         "seed": config.seed,
         "status": "done" if math.isfinite(dev["loss"]) else "diverged",
         **hardware(),
+        "commit": trained_by(attempt_commits),
     }
 
 
@@ -568,8 +578,9 @@ def train_run(
         trainer.fit(module, datamodule=data, ckpt_path=str(resume_from) if resume_from else None, weights_only=True)
         if not trainer.is_global_zero:
             return {}  # rank 0 evaluates and records
+        commits = (read_metrics(run_dir) or {}).get("attempt_commits") or []
         if module.diverged is not None:
-            return record_divergence(run_dir, module, started)
+            return record_divergence(run_dir, module, started, commits)
         if trainer.world_size > 1 and torch.distributed.is_initialized():
             # Rank 0 evaluates alone: with the group still up, the evaluation waited on the departed ranks (a hang).
             torch.distributed.destroy_process_group()
@@ -584,7 +595,7 @@ def train_run(
             averaged = {"checkpoints": count}
             for split, result in (("dev", mean_dev), ("test", mean_test)):
                 averaged.update({f"{split}_{key}": result.get(key) for key in AVERAGED_KEYS})
-        return update_metrics(run_dir, **result_metrics(config, module, trainer, dev, test, averaged, started))
+        return update_metrics(run_dir, **result_metrics(config, module, trainer, dev, test, averaged, started, commits))
     except Preempted as stop:
         # Still `running` (the folder reads stale, so `ablate sweep` resumes it), with the stop on record.
         if lead:

@@ -12,6 +12,7 @@ import pytest
 
 from ablations.records import run_folder, write_atomic, write_config, write_json
 from ablations.report import add_table_parser
+from ablations.report.collect import RunRecord
 from ablations.report.render import escape_tex
 from ablations.report.table3 import build_table, write_table
 from ablations.sweep import RunSpec, expand, load_sweep, scales_for
@@ -263,6 +264,16 @@ def test_header_states_provenance(project):
     assert "- **Hardware**: cpu (CPU model not recorded)" in text
     assert "- **Code commit**: unknown" in text
     assert r"nrefs:1\|case:mixed" in text
+
+
+def test_a_record_trained_by_several_commits_names_each_in_the_header():
+    def record(metrics, meta=None):
+        return RunRecord(spec=None, status="done", metrics=metrics, meta=meta or {}, folder=None)
+
+    assert record({"commit": "old1234, new5678"}).commits == ("old1234", "new5678")
+    assert record({"commit": "abc+dirty"}).commits == ("abc+dirty",)
+    assert record({}, {"commit": "meta111"}).commits == ("meta111",)
+    assert record({"commit": None}).commits == ()
 
 
 def test_latex_is_booktabs_and_escaped(project):

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablations.provenance import code_commit
-from ablations.records import read_config, read_metrics
+from ablations.provenance import code_commit, trained_by
+from ablations.records import read_config, read_metrics, update_metrics
 from ablations.train import train_run
 from lightning_modules.beam_search import greedy_search
 from lightning_modules.checkpoints import average_checkpoints, step_checkpoints
@@ -247,6 +247,29 @@ def test_a_run_leaves_its_records(corpus, tmp_path):
     assert [p.name for p in step_checkpoints(run_dir / "checkpoints")] == ["step-0000003.ckpt", "step-0000006.ckpt"]
     rows = (run_dir / "logs" / "attempt-1" / "metrics.csv").read_text().splitlines()
     assert "train/loss" in rows[0] and len(rows) > 3
+
+
+def test_a_record_names_the_code_each_attempt_started_from_not_the_checkout_at_its_end(corpus, tmp_path, monkeypatch):
+    """The checkout moves on while a run trains (a later commit, an edit): the record keeps the commit read when the
+    attempt started, the code the process imported; an attempt killed before on other code is named too."""
+    import ablations.provenance
+    import ablations.train
+
+    checkout = iter(["new5678", "edited+dirty", "edited+dirty"])
+    monkeypatch.setattr(ablations.train, "code_commit", lambda: next(checkout))
+    monkeypatch.setattr(ablations.provenance, "code_commit", lambda *args: next(checkout))
+    run_dir = tmp_path / "run"
+    update_metrics(run_dir, status="running", attempts=1, attempt_commits=["old1234"])  # killed before a checkpoint
+    config = tiny_run_config(str(corpus), str(tmp_path / "cache"), eval=EvalConfig(dev_bleu_sentences=8))
+    metrics = train_run(config, run_dir, progress=False)
+    assert metrics["status"] == "done" and metrics["attempts"] == 2
+    assert metrics["attempt_commits"] == ["old1234", "new5678"]
+    assert metrics["commit"] == "old1234, new5678" and read_metrics(run_dir)["commit"] == metrics["commit"]
+
+
+def test_trained_by_lists_distinct_commits_in_attempt_order():
+    assert trained_by(["a1", "a1", None, "b2", "a1"]) == "a1, b2"
+    assert trained_by([None]) is None and trained_by([]) is None
 
 
 @pytest.mark.slow

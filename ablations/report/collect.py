@@ -44,6 +44,13 @@ class RunRecord:
     def done(self) -> bool:
         return self.status == "done"
 
+    @property
+    def commits(self) -> tuple[str, ...]:
+        """The commits of the code that trained the run: each attempt's where the record lists several ("a, b"),
+        else the one it names; empty where it names none."""
+        named = self.metrics.get("commit") or self.meta.get("commit") or ""
+        return tuple(commit for commit in str(named).split(", ") if commit)
+
 
 @dataclass(frozen=True)
 class Selection:

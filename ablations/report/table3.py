@@ -319,10 +319,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         ),
         ("Data", distinct([describe_data(run.spec.config.data) for run in records], "none")),
         ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
-        (
-            "Code commit",
-            distinct([run.metrics.get("commit") or run.meta.get("commit") or "unknown" for run in done], "unknown"),
-        ),
+        ("Code commit", distinct([commit for run in done for commit in run.commits or ("unknown",)], "unknown")),
         ("sacreBLEU", distinct([run.metrics.get("sacrebleu_signature") for run in done], "not recorded")),
         ("Tokenized BLEU", distinct([run.metrics.get("bleu_tok_signature") for run in done], "not recorded")),
         ("Averaged checkpoints", distinct([run.metrics.get("averaged_checkpoints") for run in done], "not recorded")),

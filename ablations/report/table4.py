@@ -150,10 +150,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         ("Protocol", distinct([describe_protocol(run) for run in done], "no finished run")),
         ("Scoring", distinct([run.metrics.get("parse_signature") for run in done], "not recorded")),
         ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
-        (
-            "Code commit",
-            distinct([run.metrics.get("commit") or run.meta.get("commit") or "unknown" for run in done], "unknown"),
-        ),
+        ("Code commit", distinct([commit for run in done for commit in run.commits or ("unknown",)], "unknown")),
         ("Runs", ", ".join(f"{count} {status}" for status, count in counts.items())),
     )
 
