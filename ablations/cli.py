@@ -95,7 +95,7 @@ def scored(config) -> dict[str, str]:
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from .launch.processes import pin_cpus_from_env
+    from .launch.processes import emulated_bf16_warning, pin_cpus_from_env
     from .records import train_lock
 
     pin_cpus_from_env()  # before torch starts its threads: the cores `ablate sweep` gave this run
@@ -145,6 +145,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(json.dumps({k: record.get(k) for k in keys}, indent=2))
             return 0
         print(f"run {meta['run_id']} -> {run_dir}", file=sys.stderr)
+        on_gpu = {"auto": None, "cpu": False}.get(args.accelerator, True)
+        warning = emulated_bf16_warning([config.train.precision], on_gpu)
+        if warning:
+            print(f"ablate train: {warning}", file=sys.stderr)
         try:
             metrics = train_run(
                 config,

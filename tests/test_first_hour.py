@@ -354,3 +354,40 @@ def test_each_table_scores_by_its_own_protocol_at_paper_scale(capsys):
         assert (average is None) == ("averaged" not in printed["scored"])
         if average:
             assert average in printed["scored"]["averaged"] and "Table 2" in printed["scored"]["averaged"]
+
+
+def test_runs_asking_for_bf16_on_a_cpu_that_only_emulates_it_are_warned_before_they_train(
+    tmp_path, capsys, monkeypatch
+):
+    """Emulated bf16 trains many times slower than fp32 (README): the sweep says so, and how to train in fp32."""
+    from lightning_modules import cpuinfo
+
+    path = write_sweep(tmp_path / "sweep", tmp_path / "corpus", {"base": {}, "N2": {"model.N": 2}})
+    monkeypatch.setattr(processes, "available_cores", lambda: [0])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
+    monkeypatch.setattr(cpuinfo, "native_bf16", lambda: False)
+
+    def warned(**kwargs) -> str:
+        assert local.run_sweep(path, "test", workers=1, out=tmp_path / "runs", dry_run=True, **kwargs) == 0
+        return " ".join(capsys.readouterr().err.split())
+
+    bf16 = {"train.precision": "bf16-mixed"}
+    text = warned(sets=bf16)
+    assert "2 run(s) train with train.precision=bf16-mixed on a CPU without native bf16" in text
+    assert "--set train.precision=32-true" in text
+    assert "bf16" not in warned()  # fp32, the default
+    monkeypatch.setattr(cpuinfo, "native_bf16", lambda: True)
+    assert "bf16" not in warned(sets=bf16)
+    monkeypatch.setattr(cpuinfo, "native_bf16", lambda: False)
+    monkeypatch.setattr(processes, "visible_gpus", lambda: ["0"])
+    assert "bf16" not in warned(sets=bf16)  # the runs train on the GPU
+    assert processes.emulated_bf16_warning(["bf16-mixed"], on_gpu=False) is not None
+    assert processes.emulated_bf16_warning(["bf16-mixed"], on_gpu=True) is None
+
+
+def test_native_bf16_reads_the_cpu_flags(monkeypatch):
+    from lightning_modules import cpuinfo
+
+    for flags, native in (("fpu avx2 fma", False), ("avx512f avx512_bf16", True), ("amx_tile amx_bf16", True)):
+        monkeypatch.setattr(cpuinfo, "cpu_field", lambda name, flags=flags: flags if name == "flags" else None)
+        assert cpuinfo.native_bf16() is native

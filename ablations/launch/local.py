@@ -29,6 +29,7 @@ from .processes import (
     child_env,
     default_workers,
     describe_exit,
+    emulated_bf16_warning,
     log_tail,
     make_slots,
     signal_group,
@@ -644,6 +645,11 @@ def run_sweep(
     elif reuse:
         for run, twin in reuse_finished_twins(runs, Path(out), published):
             print(f"{run.label} ({run.spec.run_id}) reuses the finished run {twin} (same resolved config)", flush=True)
+    if slurm is None:  # a SLURM job's nodes are other machines: their CPUs are not this one's
+        to_train = [run for run in runs if folder_status(run.dir) != "done"]
+        warning = emulated_bf16_warning([run.spec.config.train.precision for run in to_train])
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
     if slurm is not None:
         if dry_run:
             print_plan(runs, Path(out), [], devices=max(1, slurm.gpus_per_run) * slurm.nodes, as_json=as_json)

@@ -22,6 +22,29 @@ GRACE_SECONDS = 30.0
 CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1": the cores `ablate train` pins itself to
 
 
+def emulated_bf16_warning(precisions: Sequence[str], on_gpu: Optional[bool] = None) -> Optional[str]:
+    """The warning for runs that ask for bf16 on a CPU that only emulates it; None where none would. `on_gpu`: where
+    the runs train (default: on GPUs when this process sees any).
+
+    Emulated bf16 gives the same results slowly (README, "bf16 on a CPU without it"), so the runs still train: the
+    warning says so before they start, and how to train in fp32 instead (other run ids, so no record is mixed)."""
+    from lightning_modules.cpuinfo import native_bf16
+
+    asking = sum(precision == "bf16-mixed" for precision in precisions)
+    if on_gpu is None:
+        on_gpu = bool(visible_gpus())
+    if on_gpu or not asking or native_bf16():
+        return None
+    from ..provenance import cpu_model
+
+    return (
+        f"warning: {asking} run(s) train with train.precision=bf16-mixed on a CPU without native bf16 "
+        f"({cpu_model()}: no avx512_bf16 or amx_bf16). PyTorch emulates it there, many times slower than fp32 "
+        '(README, "bf16 on a CPU without it"). --set train.precision=32-true trains them in fp32, under other run '
+        "ids: no record made in bf16 is reused or paired with them."
+    )
+
+
 def pin_cpus_from_env() -> None:
     """`ablate train` under the launcher: keep to the cores named in ABLATE_CPUS (Linux only)."""
     spec = os.environ.get(CPUS_ENV, "").strip()

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import torch
 
 from lightning_modules.config import DataConfig, ModelConfig, RunConfig, TrainConfig
-from lightning_modules.cpuinfo import cpu_field
+from lightning_modules.cpuinfo import native_bf16
 
 from ...provenance import code_commit, cpu_model
 
@@ -161,8 +161,7 @@ def require_transformers():
 
 def cpu_info() -> tuple[str, bool]:
     """The CPU's model name and whether it has native bf16 arithmetic (avx512_bf16 or amx_bf16)."""
-    flags = cpu_field("flags") or ""
-    return cpu_model(), "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_model(), native_bf16()
 
 
 def default_precision(device: str) -> str:
