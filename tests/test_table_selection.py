@@ -13,6 +13,7 @@ from ablations.report import add_table_parser
 from ablations.sweep import expand, load_sweep, scales_for
 
 SETS = {"train.max_steps": 50}
+STEM = "mini_tiny_train-max_steps-50"  # a table of runs trained with overrides is named after them
 
 
 def table(project: Path, *extra: str) -> int:
@@ -41,13 +42,27 @@ def test_the_sweeps_set_finds_its_runs(project, capsys):
     assert "10 of 10 selected runs have no finished record" in err and "--partial" in err
     assert not (project / "out").exists()  # nothing written
     assert table(project, "--set", "train.max_steps=50") == 0
-    markdown = (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    markdown = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8")
     assert "- **Runs**: 10 done\n" in markdown and "- **Selection**: --set train.max_steps=50" in markdown
+    assert markdown.startswith("# mini at scale tiny with train.max_steps=50\n")
+
+
+def test_a_table_of_runs_trained_with_overrides_never_replaces_the_presets_own(project):
+    out = project / "out"
+    out.mkdir()
+    (out / "mini_tiny.md").write_text("the preset's table\n")
+    assert table(project, "--set", "train.max_steps=50") == 0
+    assert (out / "mini_tiny.md").read_text() == "the preset's table\n"
+    written = {path.name for path in out.rglob("*") if path.is_file()}
+    assert {f"{STEM}{suffix}" for suffix in (".md", ".csv", ".tex", ".json")} <= written
+    plots = {name for name in written if name.endswith(".svg")}
+    assert plots and all(name.startswith(f"{STEM}_") for name in plots)
+    assert "mini_tiny.json" not in written and not any(name.startswith("mini_tiny_dev") for name in written)
 
 
 def test_rows_and_seeds_select_as_sweep_does_base_always_in(project):
     assert table(project, "--set", "train.max_steps=50", "--rows", "A1,D1", "--seeds", "1") == 0
-    markdown = (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    markdown = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8")
     rows = [line.split(" | ")[1] for line in markdown.splitlines() if line.startswith("| ") and " | " in line]
     assert [row for row in rows if row in ("base", "A1", "A2", "C_1", "D1")] == ["base", "A1", "D1"]
     assert "- **Runs**: 3 done\n" in markdown
@@ -62,7 +77,7 @@ def test_partial_writes_the_table_with_the_gaps(project, capsys):
     shutil.rmtree(next((project / "runs" / "mini" / "tiny").glob("D1-s1-*")))
     assert table(project, "--set", "train.max_steps=50") == 1
     assert table(project, "--set", "train.max_steps=50", "--partial") == 0
-    assert "1 missing" in (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    assert "1 missing" in (project / "out" / f"{STEM}.md").read_text(encoding="utf-8")
     assert "--partial: 1 of 10 selected runs have no finished record" in capsys.readouterr().err
 
 
@@ -74,5 +89,5 @@ def test_published_records_only_with_published_and_counted(project, capsys):
     err = capsys.readouterr().err
     assert "10 of them are published records" in err and "add --published" in err
     assert table(project, "--set", "train.max_steps=50", "--published") == 0
-    markdown = (project / "out" / "mini_tiny.md").read_text(encoding="utf-8")
+    markdown = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8")
     assert "- **Runs**: 10 done (10 from published records)\n" in markdown

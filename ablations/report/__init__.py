@@ -23,7 +23,7 @@ from .collect import RunRecord, Selection, collect, published_for, selecting, un
 from .dashboard import write_dashboard, write_table_data
 from .plots import table_curves, write_plots
 from .table2 import build_cost_table, write_cost_table
-from .table3 import Table, build_table, write_table
+from .table3 import Table, build_table, shown_overrides, write_table
 
 
 def write_outputs(table: Table, out: str | Path) -> list[Path]:
@@ -95,7 +95,7 @@ def selected_table(table: Table, selection: Selection, description: Optional[str
         header.append((label, value))
         if label == "Sweep" and description:
             header.append(("Selection", description))
-    return replace(table, rows=rows, header=tuple(header))
+    return replace(table, rows=rows, header=tuple(header), overrides=shown_overrides(selection.sets))
 
 
 def cmd_table(args: argparse.Namespace) -> int:

@@ -94,7 +94,7 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
     cols = columns(table)
     return {
         "kind": DATA_KIND,
-        "id": f"{table.sweep.name}_{table.scale.name}",
+        "id": table.stem,
         "title": title(table),
         "base_row": table.base.row.id,
         "header": [list(pair) for pair in table.header],
@@ -102,7 +102,7 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
         "columns": [{"key": c.key, "label": c.label, "align": c.align} for c in cols],
         "rows": [[cells[c.key] for c in cols] for cells in display_rows(table)],
         "statistics": row_statistics(table),
-        "files": [f"{table.sweep.name}_{table.scale.name}{suffix}" for suffix in (".md", ".csv", ".tex")],
+        "files": [f"{table.stem}{suffix}" for suffix in (".md", ".csv", ".tex")],
         "plots": [
             {"kind": kind, "svg": f"plots/{plot_stem(table, kind)}.svg", "png": f"plots/{plot_stem(table, kind)}.png"}
             for kind in PLOT_KINDS
@@ -112,7 +112,7 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
 
 
 def write_table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str | Path) -> Path:
-    path = Path(out) / f"{table.sweep.name}_{table.scale.name}.json"
+    path = Path(out) / f"{table.stem}.json"
     write_atomic(path, json.dumps(table_data(table, curves, out), sort_keys=True, ensure_ascii=False) + "\n")
     return path
 

@@ -47,7 +47,7 @@ def pyplot():
 
 
 def plot_stem(table: Table, kind: str) -> str:
-    return f"{table.sweep.name}_{table.scale.name}_{kind}"
+    return f"{table.stem}_{kind}"
 
 
 def draw_delta_bleu(plt, table: Table):

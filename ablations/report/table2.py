@@ -34,7 +34,7 @@ from ..records import write_renderings
 from ..sweep import Sweep, paper_units
 from .collect import RunRecord
 from .render import csv_text, escape_tex, fixed, markdown_table, tex_row, tex_table
-from .table3 import RowResult, Table
+from .table3 import RowResult, Table, with_overrides
 
 ROWS = ("base", "big")
 SUSTAINED_FILE = "sustained_flops.json"
@@ -218,6 +218,16 @@ class CostTable:
     scale: str
     rows: tuple[CostRow, ...]
     notes: tuple[str, ...]
+    overrides: tuple[tuple[str, str], ...] = ()  # its Table's: the overrides its runs were trained with
+
+    @property
+    def stem(self) -> str:
+        return with_overrides(f"table2_{self.scale}", self.overrides)
+
+    @property
+    def title(self) -> str:
+        overrides = ", ".join(f"{key}={value}" for key, value in self.overrides)
+        return f"Table 2 at scale {self.scale}" + (f" with {overrides}" if overrides else "")
 
 
 def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
@@ -249,7 +259,7 @@ def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:
             )
         elif row.status != "done":
             notes.append(f"{row.row}: no done run ({row.status}); its measured cells are blank.")
-    return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes))
+    return CostTable(table.sweep.name, table.scale.name, rows, tuple(notes), table.overrides)
 
 
 def papers_runs_counted(sweep: Sweep) -> str:
@@ -312,7 +322,7 @@ def display(row: CostRow) -> list[str]:
 
 def render_markdown(cost: CostTable) -> str:
     aligns = ["l"] + ["r"] * (len(COLUMNS) - 2) + ["l"]
-    lines = [f"# Table 2 at scale {cost.scale}: test BLEU and training cost", ""]
+    lines = [f"# {cost.title}: test BLEU and training cost", ""]
     lines += markdown_table(COLUMNS, aligns, (display(row) for row in cost.rows))
     lines += ["", "Notes:", ""] + [f"- {note}" for note in cost.notes]
     return "\n".join(lines) + "\n"
@@ -362,7 +372,7 @@ def render_csv(cost: CostTable) -> str:
 def render_tex(cost: CostTable) -> str:
     body = [r"\midrule"] + [tex_row(escape_tex(cell) for cell in display(row)) for row in cost.rows]
     return tex_table(
-        f"Table 2 at scale {cost.scale}",
+        cost.title,
         "l" + "r" * (len(COLUMNS) - 2) + "l",
         [escape_tex(c) for c in COLUMNS],
         body,
@@ -372,4 +382,4 @@ def render_tex(cost: CostTable) -> str:
 
 def write_cost_table(cost: CostTable, out: str | Path) -> list[Path]:
     renderers = ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex))
-    return write_renderings(Path(out) / f"table2_{cost.scale}", cost, renderers)
+    return write_renderings(Path(out) / cost.stem, cost, renderers)

@@ -13,6 +13,7 @@ Provenance comes from the records: `device` and, where a run recorded them, `cpu
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -114,6 +115,29 @@ class Table:
     rows: tuple[RowResult, ...]  # base among them
     header: tuple[tuple[str, str], ...]  # (label, value)
     notes: tuple[str, ...]
+    # The `--set`/`--data` overrides its runs were trained with, (key, value as shown): part of its title and name.
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def stem(self) -> str:
+        """The file name of the table and of everything built from it: `<sweep>_<scale>`, then the overrides for runs
+        trained with some, so that such a table never replaces the preset's own."""
+        return with_overrides(f"{self.sweep.name}_{self.scale.name}", self.overrides)
+
+
+def with_overrides(stem: str, overrides: Sequence[tuple[str, str]]) -> str:
+    """`stem`, then each override as a file-name part: train.precision=32-true -> "_train-precision-32-true" (no dot:
+    the writers add the suffixes)."""
+    return stem + "".join(
+        "_" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{key}-{value}").strip("-") for key, value in overrides
+    )
+
+
+def shown_overrides(sets: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A selection's overrides as a table names them, sorted: a corpus directory by its last component."""
+    return tuple(
+        (key, Path(str(value)).name if key.endswith(".path") else plain(value)) for key, value in sorted(sets.items())
+    )
 
 
 # The paper's hyperparameter columns: key, Markdown label, TeX label.
@@ -612,7 +636,9 @@ def display_rows(table: Table) -> list[dict[str, str]]:
 
 
 def title(table: Table) -> str:
-    return f"{table.sweep.name} at scale {table.scale.name}"
+    """The sweep and scale, and the overrides its runs were trained with."""
+    overrides = ", ".join(f"{key}={value}" for key, value in table.overrides)
+    return f"{table.sweep.name} at scale {table.scale.name}" + (f" with {overrides}" if overrides else "")
 
 
 def render_markdown(table: Table) -> str:
@@ -729,4 +755,4 @@ def render_csv(table: Table) -> str:
 
 def write_table(table: Table, out: str | Path) -> list[Path]:
     renderers = ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex))
-    return write_renderings(Path(out) / f"{table.sweep.name}_{table.scale.name}", table, renderers)
+    return write_renderings(Path(out) / table.stem, table, renderers)

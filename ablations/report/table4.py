@@ -26,6 +26,7 @@ from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .stats import PairedDelta, seed_interval
 from .table3 import RowResult, Table, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
+from .table3 import title as sweep_title
 
 # The paper's Table 4 as printed: (parser, training, WSJ section 23 F1). Only the Transformer's WSJ-only row has a
 # counterpart in the sweep; the semi-supervised one trained on ~17M sentences this framework does not have.
@@ -250,7 +251,7 @@ def display_rows(table: Table) -> list[dict[str, str]]:
 
 
 def title(table: Table) -> str:
-    return f"{table.sweep.name} at scale {table.scale.name}: constituency parsing (Table 4)"
+    return f"{sweep_title(table)}: constituency parsing (Table 4)"
 
 
 def render_markdown(table: Table) -> str:
@@ -302,12 +303,12 @@ def render_csv(table: Table) -> str:
 
 def write_table(table: Table, out: str | Path) -> list[Path]:
     renderers = ((".md", render_markdown), (".csv", render_csv), (".tex", render_tex))
-    return write_renderings(Path(out) / f"{table.sweep.name}_{table.scale.name}", table, renderers)
+    return write_renderings(Path(out) / table.stem, table, renderers)
 
 
 def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str | Path) -> dict[str, Any]:
     """The table in the dashboard's format (dashboard.table_data's keys), without plots: it draws none."""
-    name = f"{table.sweep.name}_{table.scale.name}"
+    name = table.stem
     statistics = []
     for result in table.rows:
         delta = interval(result)
@@ -337,6 +338,6 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
 
 
 def write_table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str | Path) -> Path:
-    path = Path(out) / f"{table.sweep.name}_{table.scale.name}.json"
+    path = Path(out) / f"{table.stem}.json"
     write_atomic(path, json.dumps(table_data(table, curves, out), sort_keys=True, ensure_ascii=False) + "\n")
     return path
