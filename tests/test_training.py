@@ -146,9 +146,11 @@ def test_a_tiny_model_learns_to_copy():
         optimizer.zero_grad()
         (loss / tgt_out.numel()).backward()
         optimizer.step()
-    test = torch.randint(4, 12, (20, 5), generator=generator)
+    # 100 held-out sequences of 8^5 possible: an untrained or mis-masked model copies almost none. The bound leaves
+    # room for floating point: the same seed copied 17 of 20 on one CPU (AMD, AVX2) and 18+ on another (Intel).
+    test = torch.randint(4, 12, (100, 5), generator=torch.Generator().manual_seed(1))
     copies = greedy_search(model, test, bos_id=2, eos_id=3, max_len_offset=2)
-    assert sum(c == s for c, s in zip(copies, test.tolist())) >= 18
+    assert sum(c == s for c, s in zip(copies, test.tolist())) >= 90
 
 
 def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path):
