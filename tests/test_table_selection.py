@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_tables import BAD, GOOD, SWEEP, done, write_project, write_run
 
-from ablations.report import add_table_parser
+from ablations.report import add_table_parser, describe_overrides
 from ablations.sweep import expand, load_sweep, scales_for
 
 SETS = {"train.max_steps": 50}
@@ -45,6 +45,12 @@ def test_the_sweeps_set_finds_its_runs(project, capsys):
     markdown = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8")
     assert "- **Runs**: 10 done\n" in markdown and "- **Selection**: --set train.max_steps=50" in markdown
     assert markdown.startswith("# mini at scale tiny with train.max_steps=50\n")
+    assert "- **Overrides**: train.max_steps=50\n" in markdown
+    settings = {"train.precision": "bf16-mixed"}
+    assert (
+        describe_overrides((("train.precision", "32-true"),), settings)
+        == "train.precision=32-true (the preset's: bf16-mixed)"
+    )
 
 
 def test_a_table_of_runs_trained_with_overrides_never_replaces_the_presets_own(project):

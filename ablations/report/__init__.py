@@ -16,14 +16,14 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from . import table4
 from .collect import RunRecord, Selection, collect, published_for, selecting, unfinished
 from .dashboard import write_dashboard, write_table_data
 from .plots import table_curves, write_plots
 from .table2 import build_cost_table, write_cost_table
-from .table3 import Table, build_table, shown_overrides, write_table
+from .table3 import Table, build_table, plain, shown_overrides, write_table
 
 
 def write_outputs(table: Table, out: str | Path) -> list[Path]:
@@ -84,7 +84,9 @@ def missing_message(missing: Sequence[RunRecord], total: int, published: Sequenc
 
 
 def selected_table(table: Table, selection: Selection, description: Optional[str]) -> Table:
-    """Only the selected rows (base among them); the header says what was selected and which runs are published."""
+    """Only the selected rows (base among them); the header says what was selected, which runs are published and
+    what the overrides changed; the overrides name the table's files (Table.stem)."""
+    overrides = shown_overrides(selection.sets)
     keep = selection.row_ids(table.sweep)
     rows = table.rows if keep is None else tuple(result for result in table.rows if result.row.id in keep)
     from_published = sum(run.from_published for result in rows for run in result.runs)
@@ -95,7 +97,18 @@ def selected_table(table: Table, selection: Selection, description: Optional[str
         header.append((label, value))
         if label == "Sweep" and description:
             header.append(("Selection", description))
-    return replace(table, rows=rows, header=tuple(header), overrides=shown_overrides(selection.sets))
+        if label == "Scale settings" and overrides:
+            header.append(("Overrides", describe_overrides(overrides, table.scale.settings)))
+    return replace(table, rows=rows, header=tuple(header), overrides=overrides)
+
+
+def describe_overrides(overrides: Sequence[tuple[str, str]], settings: Mapping[str, Any]) -> str:
+    """What `--set`/`--data` changed for every run, beside what the preset says where it says something."""
+    parts = []
+    for key, value in overrides:
+        preset = f" (the preset's: {plain(settings[key])})" if key in settings else ""
+        parts.append(f"{key}={value}{preset}")
+    return ", ".join(parts)
 
 
 def cmd_table(args: argparse.Namespace) -> int:
