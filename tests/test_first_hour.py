@@ -375,6 +375,10 @@ def test_runs_asking_for_bf16_on_a_cpu_that_only_emulates_it_are_warned_before_t
     text = warned(sets=bf16)
     assert "2 run(s) train with train.precision=bf16-mixed on a CPU without native bf16" in text
     assert "--set train.precision=32-true" in text
+    done = plan(path, "test", out=tmp_path / "runs", sets=bf16)[0]  # a finished run trains no more
+    done.dir.mkdir(parents=True)
+    (done.dir / "metrics.json").write_text(json.dumps({"status": "done", "run_id": done.spec.run_id}))
+    assert "1 run(s) train with train.precision=bf16-mixed" in warned(sets=bf16)
     assert "bf16" not in warned()  # fp32, the default
     monkeypatch.setattr(cpuinfo, "native_bf16", lambda: True)
     assert "bf16" not in warned(sets=bf16)

@@ -646,7 +646,7 @@ def run_sweep(
         for run, twin in reuse_finished_twins(runs, Path(out), published):
             print(f"{run.label} ({run.spec.run_id}) reuses the finished run {twin} (same resolved config)", flush=True)
     if slurm is None:  # a SLURM job's nodes are other machines: their CPUs are not this one's
-        to_train = [run for run in runs if folder_status(run.dir) != "done"]
+        to_train = [run for run in runs if folder_status(run.dir) != "done" and run not in twins]
         warning = emulated_bf16_warning([run.spec.config.train.precision for run in to_train])
         if warning:
             print(warning, file=sys.stderr, flush=True)
