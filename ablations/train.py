@@ -253,7 +253,7 @@ def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt
 
 def record_start(
     run_dir: Path, config: RunConfig, meta: dict[str, Any], plan: BatchPlan, nodes: int, started: float, lead: bool
-) -> tuple[dict[str, Any], int]:
+) -> tuple[dict[str, Any], int, list[Optional[str]]]:
     """The lead rank writes config.yaml and records the attempt `running`, clearing an earlier failure's fields.
 
     Both say how this attempt cuts a step (`plan`: devices over all nodes, tokens per device and micro-batch,
@@ -261,11 +261,12 @@ def record_start(
     gains the commit of the code this attempt runs, read now: the process has imported it, and a checkout that moves
     on before the run ends must not rename the code that trained it.
 
-    Returns the record as it was before, and the attempt's number (1 for a first run): ranks >= 1 start after rank
-    0 recorded it, so they read the same number without adding one.
+    Returns the record as it was before, the attempt's number (1 for a first run): ranks >= 1 start after rank
+    0 recorded it, so they read the same number without adding one; and the attempts' commits, this one's last.
     """
     previous = read_metrics(run_dir) or {}
     attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)
+    commits = [*(previous.get("attempt_commits") or []), code_commit()] if lead else []
     if lead:
         write_config(run_dir, config, {**meta, "batch": {**plan.to_dict(), "nodes": nodes}})
         cleared = {
@@ -279,11 +280,11 @@ def record_start(
             run_id=config.run_id(),
             started_at=started,
             nodes=nodes,
-            attempt_commits=[*(previous.get("attempt_commits") or []), code_commit()],
+            attempt_commits=commits,
             **plan.to_dict(),
             **cleared,
         )
-    return previous, attempt
+    return previous, attempt, commits
 
 
 def make_data(config: RunConfig) -> TranslationDataModule:
@@ -565,7 +566,7 @@ def train_run(
     if devices < 1 or nodes < 1:
         raise ValueError(f"devices = {devices}, nodes = {nodes}: expected positive integers")
     plan = batch_plan(config.data, devices * nodes)  # before anything is recorded: a ValueError names the field
-    previous, attempt = record_start(run_dir, config, meta, plan, nodes, started, lead)
+    previous, attempt, commits = record_start(run_dir, config, meta, plan, nodes, started, lead)
     try:
         pl.seed_everything(config.seed, workers=True, verbose=False)
         data = make_data(config)
@@ -578,7 +579,6 @@ def train_run(
         trainer.fit(module, datamodule=data, ckpt_path=str(resume_from) if resume_from else None, weights_only=True)
         if not trainer.is_global_zero:
             return {}  # rank 0 evaluates and records
-        commits = (read_metrics(run_dir) or {}).get("attempt_commits") or []
         if module.diverged is not None:
             return record_divergence(run_dir, module, started, commits)
         if trainer.world_size > 1 and torch.distributed.is_initialized():

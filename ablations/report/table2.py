@@ -34,7 +34,7 @@ from ..records import write_renderings
 from ..sweep import Sweep, paper_units
 from .collect import RunRecord
 from .render import csv_text, escape_tex, fixed, markdown_table, tex_row, tex_table
-from .table3 import RowResult, Table, with_overrides
+from .table3 import RowResult, Table, with_overrides, with_overrides_title
 
 ROWS = ("base", "big")
 SUSTAINED_FILE = "sustained_flops.json"
@@ -226,8 +226,7 @@ class CostTable:
 
     @property
     def title(self) -> str:
-        overrides = ", ".join(f"{key}={value}" for key, value in self.overrides)
-        return f"Table 2 at scale {self.scale}" + (f" with {overrides}" if overrides else "")
+        return with_overrides_title(f"Table 2 at scale {self.scale}", self.overrides)
 
 
 def build_cost_table(table: Table, out: str | Path) -> Optional[CostTable]:

@@ -133,6 +133,12 @@ def with_overrides(stem: str, overrides: Sequence[tuple[str, str]]) -> str:
     )
 
 
+def with_overrides_title(title: str, overrides: Sequence[tuple[str, str]]) -> str:
+    """`title`, then " with key=value, ..." for runs trained with overrides."""
+    shown = ", ".join(f"{key}={value}" for key, value in overrides)
+    return title + (f" with {shown}" if shown else "")
+
+
 def shown_overrides(sets: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """A selection's overrides as a table names them, sorted: a corpus directory by its last component."""
     return tuple(
@@ -321,6 +327,11 @@ def describe_hardware(run: RunRecord) -> str:
     return f"{device} ({cpu})" if cpu else f"{device} (CPU model not recorded)"
 
 
+def describe_commits(done: Sequence[RunRecord]) -> str:
+    """The commits of the code that trained the finished runs, each attempt's; "unknown" for a run that names none."""
+    return distinct([commit for run in done for commit in run.commits or ("unknown",)], "unknown")
+
+
 def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tuple[tuple[str, str], ...]:
     done = [run for run in records if run.done]
     counts = {
@@ -343,7 +354,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         ),
         ("Data", distinct([describe_data(run.spec.config.data) for run in records], "none")),
         ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
-        ("Code commit", distinct([commit for run in done for commit in run.commits or ("unknown",)], "unknown")),
+        ("Code commit", describe_commits(done)),
         ("sacreBLEU", distinct([run.metrics.get("sacrebleu_signature") for run in done], "not recorded")),
         ("Tokenized BLEU", distinct([run.metrics.get("bleu_tok_signature") for run in done], "not recorded")),
         ("Averaged checkpoints", distinct([run.metrics.get("averaged_checkpoints") for run in done], "not recorded")),
@@ -637,8 +648,7 @@ def display_rows(table: Table) -> list[dict[str, str]]:
 
 def title(table: Table) -> str:
     """The sweep and scale, and the overrides its runs were trained with."""
-    overrides = ", ".join(f"{key}={value}" for key, value in table.overrides)
-    return f"{table.sweep.name} at scale {table.scale.name}" + (f" with {overrides}" if overrides else "")
+    return with_overrides_title(f"{table.sweep.name} at scale {table.scale.name}", table.overrides)
 
 
 def render_markdown(table: Table) -> str:

@@ -25,7 +25,7 @@ from .collect import RunRecord, collect, publish_finished
 from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .stats import PairedDelta, seed_interval
-from .table3 import RowResult, Table, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
+from .table3 import RowResult, Table, describe_commits, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
 from .table3 import title as sweep_title
 
 # The paper's Table 4 as printed: (parser, training, WSJ section 23 F1). Only the Transformer's WSJ-only row has a
@@ -151,7 +151,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         ("Protocol", distinct([describe_protocol(run) for run in done], "no finished run")),
         ("Scoring", distinct([run.metrics.get("parse_signature") for run in done], "not recorded")),
         ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
-        ("Code commit", distinct([commit for run in done for commit in run.commits or ("unknown",)], "unknown")),
+        ("Code commit", describe_commits(done)),
         ("Runs", ", ".join(f"{count} {status}" for status, count in counts.items())),
     )
 
