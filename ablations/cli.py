@@ -574,13 +574,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_table_parser(sub)
     add_search_parser(sub)
-    for name in ("params", "train", "sweep", "table", "search"):
-        sub.choices[name].add_argument(
-            "--scales",
-            metavar="FILE",
-            help="scale presets file (default: the scales.yaml beside the sweep file, else the project's "
-            "sweeps/scales.yaml)",
-        )
+    from .sweep import add_scales_argument
+
+    for name in ("params", "train", "sweep", "search"):  # the table parser adds its own
+        add_scales_argument(sub.choices[name])
     bench = sub.add_parser(
         "bench",
         help="training and decoding speed beside Hugging Face, torch.nn.Transformer and a bare loop",

@@ -521,6 +521,15 @@ def add_selection_arguments(parser: Any, rows_help: str, set_help: str) -> None:
     parser.add_argument("--data", help=DATA_HELP)
 
 
+def add_scales_argument(parser: Any) -> None:
+    """--scales FILE, for every command that resolves a scale preset."""
+    parser.add_argument(
+        "--scales",
+        metavar="FILE",
+        help="scale presets file (default: the scales.yaml beside the sweep file, else the project's sweeps/scales.yaml)",
+    )
+
+
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
     """`--set key=value` pairs; values are parsed as YAML scalars (1e-3, true, null, rope)."""
     out = {}

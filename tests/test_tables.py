@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import json
 import math
 import shutil
 from pathlib import Path
@@ -11,7 +11,6 @@ from typing import Optional
 import pytest
 
 from ablations.records import run_folder, write_atomic, write_config, write_json
-from ablations.report import add_table_parser
 from ablations.report.collect import RunRecord
 from ablations.report.render import escape_tex
 from ablations.report.table3 import build_table, write_table
@@ -213,8 +212,6 @@ def test_rows_carry_seed_paired_intervals_and_a_verdict_against_the_paper(projec
 
 
 def test_the_table_data_carries_verdicts_intervals_and_seeds(project):
-    import json
-
     from ablations.report import write_outputs
 
     table, _ = make(project)
@@ -313,9 +310,9 @@ def test_extra_columns_for_fields_that_vary(project):
 
 
 def test_command_line(project, capsys):
-    parser = argparse.ArgumentParser()
-    add_table_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(
+    from ablations.cli import build_parser
+
+    args = build_parser().parse_args(
         [
             "table",
             str(project / "sweeps" / "mini.yaml"),
@@ -331,6 +328,8 @@ def test_command_line(project, capsys):
     assert args.handler(args) == 0
     assert (project / "out" / "mini_tiny.tex").is_file()
     assert "5 done" in capsys.readouterr().out
+    command = dict(json.loads((project / "out" / "mini_tiny.json").read_text())["header"])["Command"]
+    assert command == f"ablate table {project / 'sweeps' / 'mini.yaml'} --scale tiny --partial"  # no --runs, --out
     with pytest.raises(ValueError, match="unknown; scales: tiny"):
         build_table(project / "sweeps" / "mini.yaml", "huge", runs=project / "runs", out=project / "out")
 

@@ -13,6 +13,7 @@ table4; plots, dashboard, table2; table3; collect (records, references, the boot
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +62,24 @@ def describe_selection(args: argparse.Namespace) -> Optional[str]:
     return "; ".join(parts) or None
 
 
+def table_command(args: argparse.Namespace) -> str:
+    """`ablate table` as it was run, the line in each table's header that rebuilds it: the selectors and flags, not
+    --runs and --out, which name one machine's folders. With --published it rebuilds the table on any clone from the
+    records under results/records/ alone (tests/test_published_tables.py checks every committed table does)."""
+    argv = ["ablate", "table", args.sweep, "--scale", args.scale]
+    argv += ["--rows", args.rows] if args.rows else []
+    if args.seed_list:
+        argv += ["--seed-list", args.seed_list]
+    elif args.seeds is not None:
+        argv += ["--seeds", str(args.seeds)]
+    for value in args.set or []:
+        argv += ["--set", value]
+    argv += ["--data", args.data] if args.data else []
+    argv += ["--scales", args.scales] if args.scales else []
+    argv += [flag for flag, given in (("--published", args.published), ("--partial", args.partial)) if given]
+    return shlex.join(argv)
+
+
 def missing_message(missing: Sequence[RunRecord], total: int, published: Sequence[RunRecord], args) -> str:
     counts: dict[str, int] = {}
     for run in missing:
@@ -83,9 +102,9 @@ def missing_message(missing: Sequence[RunRecord], total: int, published: Sequenc
     return "\n".join(lines)
 
 
-def selected_table(table: Table, selection: Selection, description: Optional[str]) -> Table:
-    """Only the selected rows (base among them); the header says what was selected, which runs are published and
-    what the overrides changed; the overrides name the table's files (Table.stem)."""
+def selected_table(table: Table, selection: Selection, description: Optional[str], command: str) -> Table:
+    """Only the selected rows (base among them); the header says what was selected, which runs are published, what
+    the overrides changed and, last, the command that built it; the overrides name the table's files (Table.stem)."""
     overrides = shown_overrides(selection.sets)
     keep = selection.row_ids(table.sweep)
     rows = table.rows if keep is None else tuple(result for result in table.rows if result.row.id in keep)
@@ -99,6 +118,7 @@ def selected_table(table: Table, selection: Selection, description: Optional[str
             header.append(("Selection", description))
         if label == "Scale settings" and overrides:
             header.append(("Overrides", describe_overrides(overrides, table.scale.settings)))
+    header.append(("Command", command))
     return replace(table, rows=rows, header=tuple(header), overrides=overrides)
 
 
@@ -128,7 +148,10 @@ def cmd_table(args: argparse.Namespace) -> int:
                 return 1
         build = table4.build_table if table4.is_parsing(sweep, scale) else build_table
         table = selected_table(
-            build(args.sweep, args.scale, runs=args.runs, out=args.out), selection, describe_selection(args)
+            build(args.sweep, args.scale, runs=args.runs, out=args.out),
+            selection,
+            describe_selection(args),
+            table_command(args),
         )
     for path in write_outputs(table, args.out):
         print(path)
@@ -139,7 +162,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def add_table_parser(sub: Any) -> None:
-    from ..sweep import SCALE_HELP, add_selection_arguments
+    from ..sweep import SCALE_HELP, add_scales_argument, add_selection_arguments
 
     parser = sub.add_parser(
         "table",
@@ -167,4 +190,5 @@ def add_table_parser(sub: Any) -> None:
     parser.add_argument(
         "--partial", action="store_true", help="write the table even when selected runs are missing (exit 0)"
     )
+    add_scales_argument(parser)
     parser.set_defaults(handler=cmd_table)
