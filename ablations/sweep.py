@@ -121,6 +121,19 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Contrast:
+    """A seed-paired difference between two rows that the table reports beside its Δ against the reference: in a
+    grid, one factor's effect at each level of the other (rope-deepnorm against rope-pre)."""
+
+    row: str
+    against: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.row} − {self.against}"
+
+
+@dataclass(frozen=True)
 class Sweep:
     name: str
     path: Path
@@ -131,6 +144,7 @@ class Sweep:
     scales: Optional[Path] = None  # the file's own scale presets (`scales:`), resolved beside it
     # The row every Δ is measured against (`reference:`); "" is the row of group base, else the first.
     reference: str = ""
+    contrasts: tuple[Contrast, ...] = ()  # `contrasts:`, pairs of rows the table also compares seed by seed
 
     def row(self, row_id: str) -> Row:
         for row in self.rows:
@@ -236,12 +250,33 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def read_contrasts(raw: Any, where: str, row_ids: Sequence[str]) -> tuple[Contrast, ...]:
+    """`contrasts: [{row: A, against: B}, ...]`: two different rows of the sweep each, no pair twice."""
+    raw = [] if raw is None else raw
+    _expect(isinstance(raw, list), where, "a list of {row: ROW, against: ROW}", raw)
+    contrasts: list[Contrast] = []
+    for i, item in enumerate(raw):
+        _expect(
+            isinstance(item, dict) and set(item) == {"row", "against"},
+            f"{where}[{i}]",
+            "{row: ROW, against: ROW}",
+            item,
+        )
+        for key in ("row", "against"):
+            _expect(item[key] in row_ids, f"{where}[{i}].{key}", "a row id (" + ", ".join(row_ids) + ")", item[key])
+        _expect(item["row"] != item["against"], f"{where}[{i}]", "two different rows", item)
+        contrast = Contrast(item["row"], item["against"])
+        _expect(contrast not in contrasts, f"{where}[{i}]", "a pair not listed before", item)
+        contrasts.append(contrast)
+    return tuple(contrasts)
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; every row must resolve to a valid config in paper units."""
     path = Path(path)
     data = read_yaml(path)
     _expect(isinstance(data, dict), str(path), "a mapping with name, base, rows", type(data).__name__)
-    known = {"name", "description", "base", "rows", "seeds", "scales", "reference"}
+    known = {"name", "description", "base", "rows", "seeds", "scales", "reference", "contrasts"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{path}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}")
@@ -292,8 +327,17 @@ def load_sweep(path: str | Path) -> Sweep:
         "the id of one of its rows (" + ", ".join(row.id for row in rows) + ")",
         reference,
     )
+    contrasts = read_contrasts(data.get("contrasts"), f"{path}: contrasts", [row.id for row in rows])
     sweep = Sweep(
-        name, path, dict(base), tuple(rows), tuple(seeds), str(data.get("description", "")), scales, reference
+        name,
+        path,
+        dict(base),
+        tuple(rows),
+        tuple(seeds),
+        str(data.get("description", "")),
+        scales,
+        reference,
+        contrasts,
     )
     for row in sweep.rows:
         paper_units(sweep, row)

@@ -232,6 +232,25 @@ def test_a_sweep_names_the_row_its_deltas_are_against(corpus, tmp_path):
         load_sweep(path)
 
 
+def test_contrasts_name_two_different_rows_each_once(corpus, tmp_path):
+    path = write_sweep(tmp_path, corpus, {"post": {"norm_placement": "post"}, "pre": {"norm_placement": "pre"}})
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "contrasts": [{"row": "post", "against": "pre"}]}, sort_keys=False))
+    (contrast,) = load_sweep(path).contrasts
+    assert (contrast.row, contrast.against, contrast.label) == ("post", "pre", "post − pre")
+    bad = {
+        r"contrasts\[0\]\.against = 'mid': expected a row id \(post, pre\)": [{"row": "post", "against": "mid"}],
+        r"contrasts\[0\] = .*: expected two different rows": [{"row": "pre", "against": "pre"}],
+        r"contrasts\[1\] = .*: expected a pair not listed before": [{"row": "post", "against": "pre"}] * 2,
+        r"contrasts\[0\] = .*: expected \{row: ROW, against: ROW\}": [{"row": "post", "vs": "pre"}],
+        r"contrasts = .*: expected a list": {"row": "post", "against": "pre"},
+    }
+    for message, contrasts in bad.items():
+        path.write_text(yaml.safe_dump({**data, "contrasts": contrasts}, sort_keys=False))
+        with pytest.raises(ValueError, match=rf"test\.yaml: {message}"):
+            load_sweep(path)
+
+
 def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):
     """Found by CI's fuzzing: an override key '' was reported as `row nopos`, without rows[1]."""
     path = write_sweep(tmp_path, corpus, {"base": {}, "nopos": {"": 1}})

@@ -11,7 +11,7 @@ from typing import Optional
 import pytest
 
 from ablations.records import run_folder, write_atomic, write_config, write_json
-from ablations.report.collect import RunRecord
+from ablations.report.collect import RunRecord, Selection, selecting
 from ablations.report.render import escape_tex
 from ablations.report.table3 import build_table, write_table
 from ablations.sweep import RunSpec, expand, load_sweep, scales_for
@@ -104,6 +104,12 @@ def project(tmp_path: Path) -> Path:
 def make(project: Path, out: str = "results"):
     table = build_table(project / "sweeps" / "mini.yaml", "tiny", runs=project / "runs", out=project / out)
     return table, write_table(table, project / out)
+
+
+def make_selected(project: Path, rows: list[str]):
+    """The table of only these rows (and base), as `ablate table --rows` builds it."""
+    with selecting(Selection(rows=tuple(rows))):
+        return make(project, out="selected")
 
 
 def markdown_rows(text: str) -> dict[str, dict[str, str]]:
@@ -294,6 +300,39 @@ def test_a_named_reference_row_is_what_every_delta_is_against(project):
     assert (rows["base"]["Δ BLEU"], rows["base"]["Δ PPL"], rows["A1"]["Δ BLEU"]) == ("-3.5", "+0.60", "")
     assert (rows["base"]["h"], rows["A1"]["h"]) == ("4", "1")  # blank cells are the reference's values
     assert "a blank cell is A1's value" in "\n".join(table.notes)
+
+
+def test_contrasts_are_seed_paired_between_two_rows_in_every_format(project):
+    from ablations.report import write_outputs
+
+    sweep = project / "sweeps" / "mini.yaml"
+    contrasts = "contrasts:\n  - {row: A1, against: A2}\n  - {row: A2, against: D1}\n"
+    sweep.write_text(SWEEP.replace("rows:\n", contrasts + "rows:\n"), encoding="utf-8")
+    specs = {(s.row, s.seed): s for s in expand(load_sweep(sweep), scales_for(sweep)["tiny"])}
+    (running,) = (project / "runs" / "mini" / "tiny").glob("A2-s1-*")
+    shutil.rmtree(running)
+    write_run(project / "runs", specs["A2", 1], "done", BAD, **done(21.0, 5.0))
+    table, _ = make(project)
+    result, unmeasured = table.contrasts
+    assert unmeasured.bleu.seeds == () and unmeasured.bleu.mean is None  # D1 has no done run
+    # A1 − A2, seed by seed: BLEU 24 − 20, 25 − 21 (+4, +4); PPL 4.5 − 5.2, 4.7 − 5.0 (−0.7, −0.3).
+    assert result.bleu.seeds == (0, 1) and result.bleu.mean == pytest.approx(4.0) and result.bleu.ci == (4.0, 4.0)
+    assert result.ppl.mean == pytest.approx(-0.5) and result.reading == "differs"
+    text = (project / "results" / "mini_tiny.md").read_text(encoding="utf-8")
+    assert "| A1 − A2 | +4.0 | [+4.0, +4.0] | -0.500 |" in text
+    assert "| A2 − D1 |  |  |  |  | not measured | none shared |" in text
+    table, _ = make_selected(project, ["A1", "A2"])
+    assert [c.contrast.label for c in table.contrasts] == ["A1 − A2"]
+    assert "Not in this table: A2 − D1." in table.notes[-1]
+    write_outputs(table, project / "results")
+    data = json.loads((project / "results" / "mini_tiny.json").read_text(encoding="utf-8"))
+    (entry,) = data["contrasts"]
+    assert (entry["row"], entry["against"], entry["seeds"], entry["reading"]) == ("A1", "A2", [0, 1], "differs")
+    assert entry["delta_ppl_ci"][0] < -0.5 < entry["delta_ppl_ci"][1]
+    assert escape_tex("Contrast A1 − A2: Δ BLEU +4.0") in (project / "results" / "mini_tiny.tex").read_text(
+        encoding="utf-8"
+    )
+    assert "A1 − A2" in (project / "results" / "index.html").read_text(encoding="utf-8")
 
 
 def test_extra_columns_for_fields_that_vary(project):

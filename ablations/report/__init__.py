@@ -7,7 +7,7 @@ Pure functions of the records: nothing is trained and no clock is read. The tabl
 (dashboard.py); the same records give the same bytes. `ablate table` selects runs as `ablate sweep` does (`--set`,
 `--data`, `--rows`, `--seeds`/`--seed-list`, `--runs` for sweep's `--out`), reads published records only with
 `--published`, and exits 1 without writing anything when a selected run is missing unless `--partial`. Layers, each importing only those below it: this module;
-table4; plots, dashboard, table2; table3; collect (records, references, the bootstrap) and render (cells, writers).
+table4; plots, dashboard, table2; table3; contrasts; collect (records, references, the bootstrap) and render (cells, writers).
 """
 
 from __future__ import annotations

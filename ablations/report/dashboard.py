@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..records import write_atomic
+from . import contrasts as contrast_report
 from .collect import RunRecord
 from .plots import PLOT_KINDS, plot_stem
 from .table3 import Table, columns, display_rows, flat, plain, row_statistics, title
@@ -102,6 +103,8 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
         "columns": [{"key": c.key, "label": c.label, "align": c.align} for c in cols],
         "rows": [[cells[c.key] for c in cols] for cells in display_rows(table)],
         "statistics": row_statistics(table),
+        "contrasts": contrast_report.as_data(table.contrasts),
+        "contrast_rows": [contrast_report.cells(result) for result in table.contrasts],
         "files": [f"{table.stem}{suffix}" for suffix in (".md", ".csv", ".tex")],
         "plots": [
             {"kind": kind, "svg": f"plots/{plot_stem(table, kind)}.svg", "png": f"plots/{plot_stem(table, kind)}.png"}
@@ -163,6 +166,13 @@ def sweep_section(data: Mapping[str, Any]) -> str:
         "<p>" + " · ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in data["files"]) + "</p>",
         '<ul class="header">' + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in data["header"]) + "</ul>",
         html_table([c["label"] for c in cols], data["rows"], [c["align"] for c in cols]),
+    ]
+    if data.get("contrast_rows"):
+        parts += [
+            "<h3>Contrasts (seed-paired, row − against)</h3>",
+            html_table(list(contrast_report.HEADER), data["contrast_rows"], ["l", "r", "r", "r", "r", "l", "l"]),
+        ]
+    parts += [
         '<ul class="notes">' + "".join(f"<li>{esc(note)}</li>" for note in data["notes"]) + "</ul>",
         '<div class="plots">',
     ]

@@ -176,17 +176,23 @@ def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, J
                 verdict = "agrees" if (delta.mean > 0) == (r.paper.direction(metric) > 0) else "disagrees"
             out[r.row_id] = Judgement(verdict, metric, p_holm=p)
             continue
-        margins = {"bleu": MARGIN_BLEU, "ppl": None if base_ppl is None else MARGIN_PPL_RELATIVE * base_ppl}
-        p_eq = [tost_p(r.bleu, margins["bleu"]), None if margins["ppl"] is None else tost_p(r.ppl, margins["ppl"])]
-        p_equivalence = None if None in p_eq else max(p_eq)
-        if p_equivalence is not None and p_equivalence < ALPHA:
-            verdict = "equivalent"
-        elif r.bleu.excludes_zero or r.ppl.excludes_zero:
-            verdict = "differs"
-        else:
-            verdict = "unresolved"
+        verdict, p_equivalence = equivalence(r.bleu, r.ppl, base_ppl)
         out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence)
     return out
+
+
+def equivalence(bleu: PairedDelta, ppl: PairedDelta, reference_ppl: Optional[float]) -> tuple[Verdict, Optional[float]]:
+    """A difference with no expected side: `equivalent` when TOST passes for BLEU (+-MARGIN_BLEU) and PPL
+    (+-MARGIN_PPL_RELATIVE of the reference's perplexity), else `differs` when either interval excludes 0, else
+    `unresolved`; with the larger of the two TOST p-values."""
+    margin_ppl = None if reference_ppl is None else MARGIN_PPL_RELATIVE * reference_ppl
+    p_eq = [tost_p(bleu, MARGIN_BLEU), None if margin_ppl is None else tost_p(ppl, margin_ppl)]
+    p_equivalence = None if None in p_eq else max(p_eq)
+    if p_equivalence is not None and p_equivalence < ALPHA:
+        return "equivalent", p_equivalence
+    if bleu.excludes_zero or ppl.excludes_zero:
+        return "differs", p_equivalence
+    return "unresolved", p_equivalence
 
 
 def rank_correlation(ours: Mapping[str, Optional[float]], paper: Mapping[str, Optional[float]]) -> Optional[float]:

@@ -1,0 +1,115 @@
+"""A sweep's contrasts (`contrasts:` in its file): seed-paired differences between two rows other than the
+reference, so that a grid's table states each factor's effect at each level of the other, from the records, as
+it states every row's Δ against the reference.
+
+A contrast is measured as Δ is (stats.paired_delta: a 95 % t-interval over the seeds both rows have) and read as
+the paper's small effects are (stats.equivalence: TOST at ±0.5 BLEU and ±2 % of the `against` row's PPL, else
+whether an interval excludes 0). The paper prints no figure for them, so a contrast gets a reading, never a
+verdict, and the readings are not corrected for multiplicity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ..sweep import Contrast
+from .render import escape_markdown, markdown_table, signed
+from .stats import PairedDelta, Verdict, equivalence, paired_delta
+
+PerSeed = Callable[[str, str], Mapping[int, float]]  # (row id, metric) -> {seed: value} over the row's done runs
+
+
+@dataclass(frozen=True)
+class ContrastResult:
+    contrast: Contrast
+    bleu: PairedDelta
+    ppl: PairedDelta
+    reading: Verdict  # equivalent / differs / unresolved
+    p_equivalence: Optional[float]
+
+
+def measure_contrasts(
+    contrasts: Sequence[Contrast], per_seed: PerSeed, mean_ppl: Callable[[str], Optional[float]]
+) -> tuple[ContrastResult, ...]:
+    results = []
+    for contrast in contrasts:
+        bleu = paired_delta(per_seed(contrast.row, "dev_bleu"), per_seed(contrast.against, "dev_bleu"))
+        ppl = paired_delta(per_seed(contrast.row, "dev_ppl"), per_seed(contrast.against, "dev_ppl"))
+        reading, p_equivalence = equivalence(bleu, ppl, mean_ppl(contrast.against))
+        results.append(ContrastResult(contrast, bleu, ppl, reading, p_equivalence))
+    return tuple(results)
+
+
+def interval(delta: PairedDelta, digits: int) -> str:
+    return "" if delta.ci is None else f"[{delta.ci[0]:+.{digits}f}, {delta.ci[1]:+.{digits}f}]"
+
+
+def seeds_text(result: ContrastResult) -> str:
+    return ", ".join(map(str, result.bleu.seeds)) or "none shared"
+
+
+HEADER = ("contrast", "Δ BLEU", "Δ BLEU 95 % CI", "Δ PPL", "Δ PPL 95 % CI", "reading", "seeds")
+
+
+def cells(result: ContrastResult) -> list[str]:
+    shared = len(result.bleu.seeds)
+    reading = result.reading if shared >= 2 else ("unresolved (one seed)" if shared else "not measured")
+    return [
+        result.contrast.label,
+        signed(result.bleu.mean, 1),
+        interval(result.bleu, 1),
+        signed(result.ppl.mean, 3),
+        interval(result.ppl, 3),
+        reading,
+        seeds_text(result),
+    ]
+
+
+def markdown_lines(results: Sequence[ContrastResult]) -> list[str]:
+    if not results:
+        return []
+    rows = ([escape_markdown(cell) for cell in cells(result)] for result in results)
+    return ["", "Contrasts (seed-paired, row − against; see the notes):", ""] + markdown_table(
+        HEADER, ["l", "r", "r", "r", "r", "l", "l"], rows
+    )
+
+
+def sentences(results: Sequence[ContrastResult]) -> list[str]:
+    """One line per contrast, for the TeX footnotes."""
+    return [
+        f"Contrast {c[0]}: Δ BLEU {c[1]} {c[2]}, Δ PPL {c[3]} {c[4]} over seeds {c[6]}: {c[5]}."
+        for c in map(cells, results)
+    ]
+
+
+def note(results: Sequence[ContrastResult], absent: Sequence[Contrast]) -> Optional[str]:
+    if not results and not absent:
+        return None
+    text = (
+        "Contrasts: the sweep's pairs of rows other than the reference, each a t-interval over the seed-paired "
+        "differences row − against (as Δ); read as the paper's small effects are (equivalent when TOST at 5 % passes "
+        "for BLEU and PPL at the margins above, the PPL margin taken from the against row, differs when either interval "
+        "excludes 0, else unresolved), with no paper figure to judge against and no multiplicity correction."
+    )
+    if absent:
+        text += " Not in this table: " + ", ".join(contrast.label for contrast in absent) + "."
+    return text
+
+
+def as_data(results: Sequence[ContrastResult]) -> list[dict[str, Any]]:
+    """What results/<sweep>_<scale>.json carries as `contrasts`."""
+    return [
+        {
+            "row": result.contrast.row,
+            "against": result.contrast.against,
+            "reading": result.reading,
+            "p_equivalence": result.p_equivalence,
+            "delta_bleu": result.bleu.mean,
+            "delta_ppl": result.ppl.mean,
+            "delta_bleu_ci": None if result.bleu.ci is None else list(result.bleu.ci),
+            "delta_ppl_ci": None if result.ppl.ci is None else list(result.ppl.ci),
+            "seeds": list(result.bleu.seeds),
+        }
+        for result in results
+    ]
