@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..sweep import Contrast
-from .render import escape_markdown, markdown_table, signed
+from .render import escape_markdown, interval, markdown_table, signed
 from .stats import PairedDelta, Verdict, equivalence, paired_delta
 
 PerSeed = Callable[[str, str], Mapping[int, float]]  # (row id, metric) -> {seed: value} over the row's done runs
@@ -41,10 +41,6 @@ def measure_contrasts(
     return tuple(results)
 
 
-def interval(delta: PairedDelta, digits: int) -> str:
-    return "" if delta.ci is None else f"[{delta.ci[0]:+.{digits}f}, {delta.ci[1]:+.{digits}f}]"
-
-
 def seeds_text(result: ContrastResult) -> str:
     return ", ".join(map(str, result.bleu.seeds)) or "none shared"
 
@@ -58,9 +54,9 @@ def cells(result: ContrastResult) -> list[str]:
     return [
         result.contrast.label,
         signed(result.bleu.mean, 1),
-        interval(result.bleu, 1),
+        interval(result.bleu.ci, 1),
         signed(result.ppl.mean, 3),
-        interval(result.ppl, 3),
+        interval(result.ppl.ci, 3),
         reading,
         seeds_text(result),
     ]

@@ -54,6 +54,11 @@ def signed(value: Optional[float], digits: int) -> str:
     return f"{round(value, digits) + 0.0:+.{digits}f}"  # + 0.0: no "-0.0"
 
 
+def interval(ci: Optional[tuple[float, float]], digits: int) -> str:
+    """A confidence interval as `[lo, hi]` with signs; "" when there is none."""
+    return "" if ci is None else f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
+
+
 def csv_number(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.4f}"
 

@@ -30,7 +30,18 @@ from .collect import (
     publish_finished,
     read_curves,
 )
-from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, signed, tex_row, tex_table
+from .render import (
+    csv_number,
+    csv_text,
+    escape_markdown,
+    escape_tex,
+    fixed,
+    interval,
+    markdown_table,
+    signed,
+    tex_row,
+    tex_table,
+)
 from .stats import (
     LARGE_BLEU,
     LARGE_PPL,
@@ -607,9 +618,7 @@ def seeds_cell(result: RowResult) -> str:
 
 
 def interval_cell(delta: Optional[PairedDelta], digits: int) -> str:
-    if delta is None or delta.ci is None:
-        return ""
-    return f"[{delta.ci[0]:+.{digits}f}, {delta.ci[1]:+.{digits}f}]"
+    return interval(None if delta is None else delta.ci, digits)
 
 
 def verdict_cell(result: RowResult) -> str:
