@@ -46,6 +46,7 @@ def seeds_text(result: ContrastResult) -> str:
 
 
 HEADER = ("contrast", "Δ BLEU", "Δ BLEU 95 % CI", "Δ PPL", "Δ PPL 95 % CI", "reading", "seeds")
+ALIGNS = ("l", "r", "r", "r", "r", "l", "l")
 
 
 def cells(result: ContrastResult) -> list[str]:
@@ -66,9 +67,7 @@ def markdown_lines(results: Sequence[ContrastResult]) -> list[str]:
     if not results:
         return []
     rows = ([escape_markdown(cell) for cell in cells(result)] for result in results)
-    return ["", "Contrasts (seed-paired, row − against; see the notes):", ""] + markdown_table(
-        HEADER, ["l", "r", "r", "r", "r", "l", "l"], rows
-    )
+    return ["", "Contrasts (seed-paired, row − against; see the notes):", ""] + markdown_table(HEADER, ALIGNS, rows)
 
 
 def sentences(results: Sequence[ContrastResult]) -> list[str]:

@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..records import write_atomic
-from . import contrasts as contrast_report
 from .collect import RunRecord
+from .contrasts import ALIGNS as CONTRAST_ALIGNS
+from .contrasts import HEADER as CONTRAST_HEADER
+from .contrasts import as_data as contrasts_data
+from .contrasts import cells as contrast_cells
 from .plots import PLOT_KINDS, plot_stem
 from .table3 import Table, columns, display_rows, flat, plain, row_statistics, title
 
@@ -103,8 +106,8 @@ def table_data(table: Table, curves: Mapping[str, Mapping[str, list]], out: str 
         "columns": [{"key": c.key, "label": c.label, "align": c.align} for c in cols],
         "rows": [[cells[c.key] for c in cols] for cells in display_rows(table)],
         "statistics": row_statistics(table),
-        "contrasts": contrast_report.as_data(table.contrasts),
-        "contrast_rows": [contrast_report.cells(result) for result in table.contrasts],
+        "contrasts": contrasts_data(table.contrasts),
+        "contrast_rows": [contrast_cells(result) for result in table.contrasts],
         "files": [f"{table.stem}{suffix}" for suffix in (".md", ".csv", ".tex")],
         "plots": [
             {"kind": kind, "svg": f"plots/{plot_stem(table, kind)}.svg", "png": f"plots/{plot_stem(table, kind)}.png"}
@@ -170,7 +173,7 @@ def sweep_section(data: Mapping[str, Any]) -> str:
     if data.get("contrast_rows"):
         parts += [
             "<h3>Contrasts (seed-paired, row − against)</h3>",
-            html_table(list(contrast_report.HEADER), data["contrast_rows"], ["l", "r", "r", "r", "r", "l", "l"]),
+            html_table(list(CONTRAST_HEADER), data["contrast_rows"], list(CONTRAST_ALIGNS)),
         ]
     parts += [
         '<ul class="notes">' + "".join(f"<li>{esc(note)}</li>" for note in data["notes"]) + "</ul>",

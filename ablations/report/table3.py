@@ -23,13 +23,14 @@ from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
 from ..records import run_seconds, write_renderings
 from ..sweep import Row, Scale, Sweep, load_sweep, paper_units, scales_for
-from . import contrasts as contrast_report
 from .collect import (
     RunRecord,
     collect,
     publish_finished,
     read_curves,
 )
+from .contrasts import ContrastResult, markdown_lines, measure_contrasts, sentences
+from .contrasts import note as contrast_note_line
 from .render import (
     csv_number,
     csv_text,
@@ -129,7 +130,7 @@ class Table:
     notes: tuple[str, ...]
     # The `--set`/`--data` overrides its runs were trained with, (key, value as shown): part of its title and name.
     overrides: tuple[tuple[str, str], ...] = ()
-    contrasts: tuple[contrast_report.ContrastResult, ...] = ()  # the sweep's `contrasts:` whose rows both have runs
+    contrasts: tuple[ContrastResult, ...] = ()  # the sweep's `contrasts:` whose rows both have runs
 
     @property
     def stem(self) -> str:
@@ -309,11 +310,11 @@ def build_table(
     results = with_verdicts(tuple(summaries.values()), base)
     base = next(result for result in results if result.row.id == base.row.id)
     present = [c for c in sweep.contrasts if summaries[c.row].runs and summaries[c.against].runs]
-    contrasts = contrast_report.measure_contrasts(
+    contrasts = measure_contrasts(
         present, lambda row, key: per_seed(summaries[row], key), lambda row: summaries[row].mean("dev_ppl")
     )
     absent = [c for c in sweep.contrasts if c not in present]
-    contrast_note = contrast_report.note(contrasts, absent)
+    contrast_note = contrast_note_line(contrasts, absent)
     table_notes = notes(sweep, scale, base, results) + ((contrast_note,) if contrast_note else ())
     return Table(
         sweep, scale, extra, base, results, header_lines(sweep, scale, records), table_notes, contrasts=contrasts
@@ -678,7 +679,7 @@ def render_markdown(table: Table) -> str:
         [c.align for c in cols],
         ([escape_markdown(cells[c.key]) for c in cols] for cells in display_rows(table)),
     )
-    lines += contrast_report.markdown_lines(table.contrasts)
+    lines += markdown_lines(table.contrasts)
     lines += ["", "Notes:", ""] + [f"- {escape_markdown(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
 
@@ -691,7 +692,7 @@ def render_tex(table: Table) -> str:
             body.append(r"\midrule")
         body.append(tex_row(escape_tex(cells[c.key]) for c in cols))
     footnotes = [f"{label}: {value}." for label, value in table.header] + list(table.notes)
-    footnotes += contrast_report.sentences(table.contrasts)
+    footnotes += sentences(table.contrasts)
     return tex_table(title(table), "".join(c.align for c in cols), [c.tex for c in cols], body, footnotes, resize=True)
 
 
