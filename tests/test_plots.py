@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from ablations.report.collect import read_curves
 from ablations.report.plots import draw_delta_bleu, draw_dev_ppl, pyplot, table_curves
 from ablations.report.table2 import PAPER, SUSTAINED_FILE, paper_method_flops, papers_runs_counted
 from ablations.report.table3 import build_table
-from ablations.sweep import load_sweep
+from ablations.sweep import expand, load_sweep, scales_for
 
 SWEEP = """\
 name: two
@@ -106,6 +107,33 @@ def test_rows_without_a_done_run_are_labelled_never_drawn_as_zero(project):
     assert labels["D1"] not in bars  # no bar of height zero for a missing row
     notes = {round(text.get_position()[1]): text.get_text().strip() for text in ours.texts}
     assert notes[labels["D1"]] == "missing"
+    plt.close(figure)
+
+
+def test_each_row_draws_its_seed_interval_and_verdict_and_a_wide_interval_is_cut_at_the_edge(project):
+    sweep = load_sweep(project / "sweeps" / "two.yaml")
+    specs = {(s.row, s.seed): s for s in expand(sweep, scales_for(sweep.path)["tiny"])}
+    runs = project / "runs"
+    shutil.rmtree(next(runs.rglob("A1-s1-*")))  # seed 1 of A1 failed in the fixture; here it is done
+    write_run(runs, specs["A1", 1], "done", GOOD, **cost_metrics(26.0, 4.4))  # A1 − base: +5.0 and +4.0
+    write_run(runs, specs["big", 1], "done", GOOD, **cost_metrics(2.0, 9.0))  # big − base: +6.0 and −20.0
+    table, _ = build(project)
+    plt = pyplot()
+    figure = draw_delta_bleu(plt, table)
+    ours, paper, verdicts = figure.axes
+    ticks = {tick.get_text(): tick.get_position()[1] for tick in ours.get_yticklabels()}
+    a1 = table.rows[1].evidence.bleu.ci
+    assert a1 == pytest.approx((4.5 - 12.706 * 0.5, 4.5 + 12.706 * 0.5), abs=1e-3)
+    lines = {round(line.get_ydata()[0]): line for line in ours.lines if line.get_linestyle() != "None" and len(line.get_xdata()) == 2}
+    low, high = ours.get_xlim()
+    assert tuple(lines[ticks["A1"]].get_xdata()) == pytest.approx(a1)  # within the widened axis: drawn whole
+    big_line = lines[ticks["big"]].get_xdata()
+    assert (big_line[0], big_line[1]) == pytest.approx((low, high))  # t(1) × 13 BLEU: wider than the axis, cut
+    arrows = {line.get_marker() for line in ours.lines if round(line.get_ydata()[0]) == ticks["big"]}
+    assert {"<", ">"} <= arrows
+    assert [tick.get_text() for tick in verdicts.get_yticklabels()] == [
+        table.rows[i].judgement.verdict if table.rows[i].judgement else "" for i in (1, 2, 3)
+    ]
     plt.close(figure)
 
 

@@ -2,8 +2,9 @@
 
 Three figures per sweep and scale, each as PNG and SVG under `<out>/plots/`:
 
-* `<sweep>_<scale>_delta_bleu`: dev BLEU minus base's per row (mean over done seeds, each seed a dot), beside
-  the paper's Δ in a panel of its own (the scales differ by an order of magnitude at small budgets);
+* `<sweep>_<scale>_delta_bleu`: dev BLEU minus base's per row (mean over done seeds, each seed a dot, the 95 %
+  t-interval over seed-paired differences a line), beside the paper's Δ in a panel of its own (the scales differ by
+  an order of magnitude at small budgets), each row's verdict against the paper at the right;
 * `<sweep>_<scale>_dev_ppl`: dev perplexity against training steps, one panel per row group (base's own group
   too, for its other rows), base in grey; a run shorter than one validation is its final dev PPL at its steps;
 * `<sweep>_<scale>_params_bleu`: parameters against dev BLEU per row, ours beside the paper's.
@@ -58,6 +59,7 @@ def draw_delta_bleu(plt, table: Table):
     for axis in (ours, paper):
         axis.axvline(0, color="black", linewidth=0.8)
         axis.grid(axis="x", linewidth=0.3)
+    intervals: list[tuple[float, tuple[float, float]]] = []
     for y, result in zip(positions, rows):
         delta = deltas(result, table.base)
         if delta["delta_bleu"] is None:
@@ -67,17 +69,45 @@ def draw_delta_bleu(plt, table: Table):
             ours.barh(y, delta["delta_bleu"], color="tab:blue", height=0.6)
             spread = seed_differences(result, table.base, "dev_bleu")
             ours.plot(spread, [y] * len(spread), "o", color="black", markersize=2.5)
+            if result.evidence is not None and result.evidence.bleu.ci is not None:
+                intervals.append((y, result.evidence.bleu.ci))
         if delta["paper_delta_bleu"] is None:
             paper.text(0, y, " not in the paper", va="center", ha="left", fontsize=7, color="0.4", style="italic")
         else:
             paper.barh(y, delta["paper_delta_bleu"], color="tab:orange", height=0.6)
+    draw_intervals(ours, intervals)
     ours.set_yticks(positions, labels)
+    verdicts = paper.twinx()  # each row's verdict against the paper, beside the paper's bar
+    verdicts.set_ylim(paper.get_ylim())
+    verdicts.set_yticks(positions, [verdict_label(result) for result in rows], fontsize=8)
+    verdicts.tick_params(axis="y", length=0)
     ours.set_title(f"measured at scale {table.scale.name} (dev, sacreBLEU)")
     paper.set_title("paper (newstest2013)")
-    ours.set_xlabel(f"Δ BLEU vs {table.base.row.id} (bar: mean, dots: seeds)")
+    ours.set_xlabel(f"Δ BLEU vs {table.base.row.id} (bar: mean, dots: seeds, line: 95 % t-interval over seeds)")
     paper.set_xlabel(f"Δ BLEU vs {table.base.row.id}")
     figure.suptitle(f"{table.sweep.name} at {table.scale.name}: Δ BLEU per row")
     return figure
+
+
+def verdict_label(result) -> str:
+    return "" if result.judgement is None else result.judgement.verdict
+
+
+def draw_intervals(axis, intervals: Sequence[tuple[float, tuple[float, float]]]) -> None:
+    """Each row's interval as a line through its bar. The axis widens for an interval by at most a quarter of the
+    span of the bars and seeds on each side; a wider interval (two seeds give t = 12.7) is cut at the edge and marked
+    there with an arrowhead, so that one row's width does not squeeze every other row to a point."""
+    left, right = axis.get_xlim()
+    span = (right - left) / 4
+    low_limit = min([left] + [max(low, left - span) for _, (low, _) in intervals])
+    high_limit = max([right] + [min(high, right + span) for _, (_, high) in intervals])
+    for y, (low, high) in intervals:
+        axis.plot([max(low, low_limit), min(high, high_limit)], [y, y], color="black", linewidth=1.0)
+        if low < low_limit:
+            axis.plot([low_limit], [y], marker="<", color="black", markersize=4, clip_on=False)
+        if high > high_limit:
+            axis.plot([high_limit], [y], marker=">", color="black", markersize=4, clip_on=False)
+    axis.set_xlim(low_limit, high_limit)
 
 
 def groups_in_order(table: Table) -> list[str]:
