@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..records import write_atomic_bytes
 from .collect import PUBLISHED, RunRecord, read_curves
-from .table3 import Table, deltas, seed_differences
+from .table3 import RowResult, Table, deltas, seed_differences
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")
@@ -89,7 +89,7 @@ def draw_delta_bleu(plt, table: Table):
     return figure
 
 
-def verdict_label(result) -> str:
+def verdict_label(result: RowResult) -> str:
     return "" if result.judgement is None else result.judgement.verdict
 
 
