@@ -124,7 +124,11 @@ def test_each_row_draws_its_seed_interval_and_verdict_and_a_wide_interval_is_cut
     ticks = {tick.get_text(): tick.get_position()[1] for tick in ours.get_yticklabels()}
     a1 = table.rows[1].evidence.bleu.ci
     assert a1 == pytest.approx((4.5 - 12.706 * 0.5, 4.5 + 12.706 * 0.5), abs=1e-3)
-    lines = {round(line.get_ydata()[0]): line for line in ours.lines if line.get_linestyle() != "None" and len(line.get_xdata()) == 2}
+    lines = {
+        round(line.get_ydata()[0]): line
+        for line in ours.lines
+        if line.get_linestyle() != "None" and len(line.get_xdata()) == 2
+    }
     low, high = ours.get_xlim()
     assert tuple(lines[ticks["A1"]].get_xdata()) == pytest.approx(a1)  # within the widened axis: drawn whole
     big_line = lines[ticks["big"]].get_xdata()
