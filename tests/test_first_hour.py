@@ -14,6 +14,7 @@ from test_sweep import write_sweep
 
 from ablations.launch import local, processes
 from ablations.launch.plan import plan
+from ablations.records import write_config
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -57,6 +58,7 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     runs = plan(path, "test", out=out)
     done = runs[0]
     done.dir.mkdir(parents=True)
+    write_config(done.dir, done.spec.config, {})
     steps = done.spec.config.train.max_steps
     (done.dir / "metrics.json").write_text(
         json.dumps({"status": "done", "wall_seconds": 100.0, "steps": steps, "run_id": done.spec.run_id})
@@ -67,6 +69,9 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     # the same row under another step count: its measured seconds scaled by the steps
     twin = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[0]
     assert local.run_cost(twin, costs) == pytest.approx(200.0)
+    # ...but not under another precision: emulated bf16 costs ~10x fp32 on a CPU without it, so that twin prices nothing
+    other = "bf16-mixed" if done.spec.config.train.precision != "bf16-mixed" else "32-true"
+    assert local.run_cost(plan(path, "test", out=out, sets={"train.precision": other})[0], costs) is None
     assert local.expected_wall([100.0, 60.0, 50.0], 2) == 110.0
     assert (
         local.run_sweep(path, "test", workers="auto", out=out, dry_run=True, sets={"train.max_steps": 2 * steps}) == 0

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_modules.config import BatchPlan, batch_plan
 
-from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, run_seconds, update_metrics
+from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_config, read_metrics, run_seconds, update_metrics
 from .cost import WallGuess, fit_wall_guess
 from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, take_published, twin_of
 from .processes import (
@@ -87,8 +87,10 @@ RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results
 def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
     """Measured seconds (`run_seconds`: a resumed run's whole work, not its last attempt's) of finished (done) runs
     under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`),
-    keyed by run id (seconds) and by (sweep, scale, row) ((seconds, steps trained)); the latest seen wins. Runs of
-    the out folder are read after the records, so one's own machine counts first."""
+    keyed by run id (seconds) and by (sweep, scale, row, precision) ((seconds, steps trained)); the latest seen wins.
+    Precision is part of a row's key because it changes the work: emulated bf16 ran 9.5× slower than fp32 on a CPU
+    without it, so a bf16 twin says nothing about an fp32 run's cost. Runs of the out folder are read after the
+    records, so one's own machine counts first."""
     costs: dict[Any, Any] = {}
     for root, nested in ((records, False), (out, True)):
         if not root.is_dir():
@@ -105,22 +107,33 @@ def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
                 sweep, _, scale = folder.parent.name.rpartition("_")
             row = folder.name.rsplit("-s", 1)[0] if "-s" in folder.name else folder.name
             steps = record.get("steps")
-            costs[(sweep, scale, row)] = (float(seconds), steps if isinstance(steps, int) and steps > 0 else None)
+            key = (sweep, scale, row, recorded_precision(folder))
+            costs[key] = (float(seconds), steps if isinstance(steps, int) and steps > 0 else None)
             if record.get("run_id"):
                 costs[record["run_id"]] = float(seconds)
     return costs
 
 
+def recorded_precision(run_dir: Path) -> Optional[str]:
+    """The precision a finished run trained in, from its config.yaml (None where the file is missing or unreadable)."""
+    try:
+        config, _ = read_config(run_dir / CONFIG_FILE)
+    except (OSError, ValueError):
+        return None
+    return config.train.precision
+
+
 def run_cost(run: Run, costs: dict[Any, Any]) -> Optional[float]:
-    """A run's measured wall seconds: its own run id's, else its row's at the same sweep and scale times the ratio
-    of steps (this run's train.max_steps over the steps that run trained, e.g. under another --set); None when
-    neither has finished anywhere the dry run looks."""
+    """A run's measured wall seconds: its own run id's, else its row's at the same sweep, scale and precision times
+    the ratio of steps (this run's train.max_steps over the steps that run trained, e.g. under another --set); None
+    when neither has finished anywhere the dry run looks."""
     spec = run.spec
     if spec.run_id in costs:
         return costs[spec.run_id]
-    if (spec.sweep, spec.scale, spec.row) not in costs:
+    key = (spec.sweep, spec.scale, spec.row, spec.config.train.precision)
+    if key not in costs:
         return None
-    seconds, steps = costs[(spec.sweep, spec.scale, spec.row)]
+    seconds, steps = costs[key]
     return seconds * spec.config.train.max_steps / steps if steps else seconds
 
 
