@@ -29,7 +29,7 @@ NORM_PLACEMENT = typing.get_args(NormPlacement)
 NORM = typing.get_args(Norm)
 FFN = typing.get_args(Ffn)
 DATASETS = typing.get_args(Dataset)
-PARSING_DATASETS = ("treebank", "ptb")  # the built-in treebank (generated.py) and a Penn Treebank directory
+PARSING_DATASETS = ("treebank", "ptb")  # the built-in treebank (data/generated/) and a Penn Treebank directory
 PRECISION = typing.get_args(Precision)
 
 

@@ -9,8 +9,12 @@ import time
 
 import pytest
 
-from lightning_modules.data import generated as C
 from lightning_modules.data.generated import generate_pairs, write_corpus
+from lightning_modules.data.generated.corpus import GENERATOR_VERSION, derive_seed, generate_treebank
+from lightning_modules.data.generated.function_words import BE, FUT, HAVE, PREPS
+from lightning_modules.data.generated.lexicon import lexicon
+from lightning_modules.data.generated.realisation import realise
+from lightning_modules.data.generated.sentences import NP, Clause
 
 N = 4000  # pairs for the statistical checks (~0.1 s)
 
@@ -22,18 +26,18 @@ def pairs():
 
 # -- helpers -------------------------------------------------------------------------------------------------------
 
-LEX = C._LEX
+LEX = lexicon(1)
 FINITE = (
     {f for vs in LEX.verbs.values() for v in vs for f in (*v.pres.values(), *v.pres_sub.values())}
-    | set(C._HAVE.values())
-    | set(C._BE.values())
-    | set(C._FUT.values())
+    | set(HAVE.values())
+    | set(BE.values())
+    | set(FUT.values())
 )
 FINITE_V2 = (
     {f for vs in LEX.verbs.values() for v in vs for f in v.pres.values()}
-    | set(C._HAVE.values())
-    | set(C._BE.values())
-    | set(C._FUT.values())
+    | set(HAVE.values())
+    | set(BE.values())
+    | set(FUT.values())
 )
 TIME_ADV_SRC = {a.s[:1].upper() + a.s[1:] for a in LEX.time_advs}  # sentence-initial
 
@@ -60,7 +64,7 @@ def verb(frame: str, obj=None, motion=None, k: int = 0, sep=False):
 
 
 def svo(subj, v, obj, **kw):
-    return C._realise("main", C._Clause(subj, v, obj, **kw))
+    return realise("main", Clause(subj, v, obj, **kw))
 
 
 # -- determinism and shape -----------------------------------------------------------------------------------------
@@ -195,7 +199,7 @@ def test_target_nouns_capitalised():
         for n in cls:
             assert n.t_sg[0].isupper() and n.t_pl[0].isupper() and n.s_sg.islower()
     x, y = noun("person", "m", 0), noun("thing", "f", 0)
-    s, t = svo(C._NP(x), verb("tr", obj="thing"), C._NP(y))
+    s, t = svo(NP(x), verb("tr", obj="thing"), NP(y))
     assert x.t_sg in t.split() and y.t_sg + "." in t.split()
 
 
@@ -207,8 +211,8 @@ def test_agreement_across_relative_clause():
     adj = LEX.adjs_anim[0]
     out = {}
     for pl in (False, True):
-        rel = C._Clause(None, verb("tr", obj="thing"), C._NP(noun("thing", "n", 0)))
-        subj = C._NP(head, pl=pl, adjs=(adj,), rel=rel)
+        rel = Clause(None, verb("tr", obj="thing"), NP(noun("thing", "n", 0)))
+        subj = NP(head, pl=pl, adjs=(adj,), rel=rel)
         out[pl] = svo(subj, v_main, None)
     (s_sg, t_sg), (s_pl, t_pl) = out[False], out[True]
     assert s_sg.split()[-1] == s_pl.split()[-1]  # the source verb does not agree
@@ -220,11 +224,11 @@ def test_agreement_across_relative_clause():
 def test_tense_brackets_and_separable_particles():
     v = verb("tr", obj="food", sep=True)
     x, y = noun("person", "m", 0), next(n for n in LEX.nouns["food"] if not n.amb)
-    _, pres = svo(C._NP(x), v, C._NP(y), neg=True)
+    _, pres = svo(NP(x), v, NP(y), neg=True)
     assert pres.split()[2] == v.pres["3sg"] and pres.endswith(f"nikt {v.sep}.")
-    _, past = svo(C._NP(x), v, C._NP(y), tense="past")
+    _, past = svo(NP(x), v, NP(y), tense="past")
     assert past.split()[2] == "het" and past.endswith(f" {v.part}.")
-    _, fut = svo(C._NP(x), v, C._NP(y), tense="fut")
+    _, fut = svo(NP(x), v, NP(y), tense="fut")
     assert fut.split()[2] == "wolt" and fut.endswith(f" {v.inf}.")
 
 
@@ -237,30 +241,30 @@ def test_word_choice_depends_on_context():
     assert len(by_src) >= 5
     a, b = next(iter(by_src.values()))
     pool = lambda key: [n for n in LEX.pools[key + "!"][0]]  # noqa: E731
-    subj = C._NP(noun("person", "m", 0))
-    sa, ta = svo(subj, a, C._NP(pool(a.obj)[0]))
-    sb, tb = svo(subj, b, C._NP(pool(b.obj)[0]))
+    subj = NP(noun("person", "m", 0))
+    sa, ta = svo(subj, a, NP(pool(a.obj)[0]))
+    sb, tb = svo(subj, b, NP(pool(b.obj)[0]))
     assert sa.split()[2] == sb.split()[2] and ta.split()[2] != tb.split()[2]
     # two-way prepositions: accusative of direction after a motion verb, dative (contracted) otherwise
-    inna = next(p for p in C._PREPS if p.s == "inna")
+    inna = next(p for p in PREPS if p.s == "inna")
     place = noun("place", "m", 0)
-    _, t_go = svo(subj, verb("intr", motion=True), None, pp=(inna, C._NP(place)))
-    _, t_be = svo(subj, verb("intr", motion=False), None, pp=(inna, C._NP(place)))
+    _, t_go = svo(subj, verb("intr", motion=True), None, pp=(inna, NP(place)))
+    _, t_be = svo(subj, verb("intr", motion=False), None, pp=(inna, NP(place)))
     assert f"inn don {place.t_sg}." in t_go and f"imm {place.t_sg}." in t_be
     # an ambiguous adjective: animate and inanimate nouns take different translations
     amb = [x for x in LEX.adjs_anim if x.inan and x.t_anim != x.t_inan]
     assert amb
     # "wen": "als" with a past clause, "wanne" otherwise
-    c1 = C._Clause(C._NP(pron="1sg"), verb("intr"))
+    c1 = Clause(NP(pron="1sg"), verb("intr"))
     for tense, conj in (("past", "als"), ("pres", "wanne")):
-        c2 = C._Clause(C._NP(pron="3pl"), verb("intr", k=1), tense=tense)
-        assert C._realise("front", c1, c2, "wen")[1].startswith(conj.capitalize() + " ")
+        c2 = Clause(NP(pron="3pl"), verb("intr", k=1), tense=tense)
+        assert realise("front", c1, c2, "wen")[1].startswith(conj.capitalize() + " ")
 
 
 def test_ditransitive_reorders():
     giver, thing, person = noun("person", "m", 0), noun("thing", "n", 0), noun("person", "f", 0)
     v = LEX.verbs["ditr"][0]
-    s, t = svo(C._NP(giver), v, C._NP(thing), iobj=C._NP(person))
+    s, t = svo(NP(giver), v, NP(thing), iobj=NP(person))
     assert s.split()[5:8] == ["tu", "tha", person.s_sg + "."]
     assert t.split()[3:5] == ["dar", person.t_sg] and t.split()[5:7] == ["dat", thing.t_sg + "."]
 
@@ -270,23 +274,23 @@ def test_word_order_matters():
     words, so a model that ignores source order cannot get both right."""
     x, y = noun("person", "m", 0), noun("person", "m", 1)
     v = verb("tr", obj="anim")
-    s1, t1 = svo(C._NP(x), v, C._NP(y))
-    s2, t2 = svo(C._NP(y), v, C._NP(x))
+    s1, t1 = svo(NP(x), v, NP(y))
+    s2, t2 = svo(NP(y), v, NP(x))
     assert bag(s1) == bag(s2)
     assert t1 != t2
     assert f"don {y.t_sg}" in t1 and f"don {x.t_sg}" in t2  # case follows the role, not the word
     f = noun("animal", "f", 0)
-    s1, t1 = svo(C._NP(x), v, C._NP(f))
-    s2, t2 = svo(C._NP(f), v, C._NP(x))
+    s1, t1 = svo(NP(x), v, NP(f))
+    s2, t2 = svo(NP(f), v, NP(x))
     assert bag(s1) == bag(s2)
     assert bag(t1) != bag(t2)
     # adjective attachment and pronoun case are positional too
     big = LEX.adjs_anim[1]
-    s1, t1 = svo(C._NP(x, adjs=(big,)), v, C._NP(y))
-    s2, t2 = svo(C._NP(x), v, C._NP(y, adjs=(big,)))
+    s1, t1 = svo(NP(x, adjs=(big,)), v, NP(y))
+    s2, t2 = svo(NP(x), v, NP(y, adjs=(big,)))
     assert bag(s1) == bag(s2) and t1.split()[2] != t2.split()[2]
-    s1, t1 = svo(C._NP(pron="1sg"), v, C._NP(pron="2sg"))
-    s2, t2 = svo(C._NP(pron="2sg"), v, C._NP(pron="1sg"))
+    s1, t1 = svo(NP(pron="1sg"), v, NP(pron="2sg"))
+    s2, t2 = svo(NP(pron="2sg"), v, NP(pron="1sg"))
     assert bag(s1) == bag(s2)
     assert t1.split()[0] == "Ekk" and t1.split()[-1] == "dekk." and t2.split()[0] == "Dü" and t2.split()[-1] == "mekk."
 
@@ -317,11 +321,11 @@ def test_write_corpus(tmp_path):
     assert not train & set(valid) and not train & set(test) and not set(valid) & set(test)
     assert len(set(valid)) == len(valid)
     manifest = json.loads((out / "corpus.json").read_text(encoding="utf-8"))
-    assert manifest["params"]["seed"] == 3 and manifest["params"]["version"] == C.GENERATOR_VERSION
+    assert manifest["params"]["seed"] == 3 and manifest["params"]["version"] == GENERATOR_VERSION
     assert manifest["files"]["train.de"] == 600
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
     # the train split is a deterministic stream of its own, distinct from valid/test
-    assert _read(out / "train.en") == [s for s, _ in generate_pairs(600, C._derive_seed(3, "train"))]
+    assert _read(out / "train.en") == [s for s, _ in generate_pairs(600, derive_seed(3, "train"))]
 
 
 def test_write_corpus_idempotent(tmp_path):
@@ -372,12 +376,12 @@ def test_lexicon_scale_one_is_the_published_corpus():
         return hashlib.sha256("".join(a + "\t" + b + "\n" for a, b in items).encode()).hexdigest()
 
     assert digest(generate_pairs(2000, 7)) == "1fe3cb575241defb7b90d63580daebd664b4cbc5071641dc13ad60e54fe10eab"
-    assert digest(C.generate_treebank(500, 7)) == "2b7cead9390fcc29903fd08effa5513fb81d198d3ede66a6b02cc51ff50ba3c7"
+    assert digest(generate_treebank(500, 7)) == "2b7cead9390fcc29903fd08effa5513fb81d198d3ede66a6b02cc51ff50ba3c7"
 
 
 @pytest.mark.parametrize("scale", [2, 8])
 def test_lexicon_scale_multiplies_the_content_words(scale):
-    small, big = C._lexicon(1), C._lexicon(scale)
+    small, big = lexicon(1), lexicon(scale)
     assert {c: len(ns) for c, ns in big.nouns.items()} == {c: scale * len(ns) for c, ns in small.nouns.items()}
     assert {f: len(vs) for f, vs in big.verbs.items()} == {f: scale * len(vs) for f, vs in small.verbs.items()}
     assert len(big.adjs_anim) == scale * len(small.adjs_anim) and len(big.time_advs) == scale * len(small.time_advs)

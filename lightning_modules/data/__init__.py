@@ -3,7 +3,7 @@
 The pieces, in the order a run uses them (each in its own module; every public name is importable from here):
 
 * ``dataset_directory(data_cfg)`` (datasets.py): where a named dataset's text lies (``dir``, ``multi30k``,
-  ``generated``: the built-in corpus of generated.py, written into the cache on first use; ``wmt14-en-de``: dev/test
+  ``generated``: the built-in corpus of generated/, written into the cache on first use; ``wmt14-en-de``: dev/test
   fetched with sacreBLEU when online, otherwise the error lists the files to place).
 * ``resolve_splits(...)`` / ``check_corpus(...)`` (corpus.py): find ``{split}.{lang}`` files and check them (equal
   line counts, valid UTF-8, empty and over-long lines counted). Problems raise ``CorpusError`` (a ``ValueError``)

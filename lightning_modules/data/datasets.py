@@ -1,6 +1,6 @@
 """Named datasets: where each ``data.dataset`` lies on disk, fetched or generated there when it can be.
 
-``dir`` and ``multi30k`` read ``data.path``; ``generated`` is the built-in corpus (generated.py), written into the
+``dir`` and ``multi30k`` read ``data.path``; ``generated`` is the built-in corpus (generated/), written into the
 cache on first use; ``wmt14-en-de`` fetches dev/test with sacreBLEU (and training text with Hugging Face
 ``datasets``) when online, otherwise the error lists the files to place.
 """

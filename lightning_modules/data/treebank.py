@@ -3,7 +3,7 @@
 Two dataset kinds (``data.dataset``):
 
 * ``treebank``: the built-in treebank, the generated source language's sentences with their gold trees
-  (generated.py's ``write_treebank``), written into the cache on first use as ``corpus/treebank-<trees>-<seed>/``
+  (generated/'s ``write_treebank``), written into the cache on first use as ``corpus/treebank-<trees>-<seed>/``
   with ``data.generated_pairs`` training trees, 1,000 dev and 1,000 test trees, deterministic from
   ``data.generated_seed``.
 * ``ptb``: a directory of Penn Treebank-style bracketed trees (``data.path``, only read), one tree per line. The

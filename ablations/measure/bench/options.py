@@ -20,7 +20,7 @@ CLOCKS = ("wall", "cpu")
 
 # Model widths and batch size per `--dims`, over BenchOptions' defaults (the small preset's, what this CPU's figures
 # use): the paper's base model at its 25,000-token batches and 37,000-piece vocabulary, for a GPU's tokens/s and MFU.
-# The built-in corpus has about 3,100 word types (lightning_modules/data/generated.py), too few for a 37k BPE, so base
+# The built-in corpus has about 3,100 word types (lightning_modules/data/generated/), too few for a 37k BPE, so base
 # runs on synthetic batches: random word pieces of WMT-like lengths, as the GPU check's (gpu_check.synthetic_batches);
 # tiny and small keep the corpus's BPE.
 DIMENSIONS: dict[str, dict[str, Any]] = {
