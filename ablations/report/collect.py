@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from ..records import CONFIG_FILE, METRICS_FILE, read_metrics, write_atomic
-from ..sweep import RunSpec, Scale, Sweep, expand, read_yaml
+from ..sweep import RunSpec, Scale, Sweep, expand, load_sweep, read_yaml, scale_named
 
 PUBLISHED = ("done", "diverged", "failed")  # statuses that no longer change; only `done` runs enter the means
 RECORD_FILES = (CONFIG_FILE, METRICS_FILE, "dev.hyp", "test.hyp", "dev.parse", "test.parse")  # .parse: parsing runs
@@ -170,9 +170,14 @@ def publish_finished(records: Sequence[RunRecord], sweep: Sweep, scale: Scale, o
     ]
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Dev references and the paired bootstrap
-# --------------------------------------------------------------------------------------------------------------
+def collect_and_publish(
+    sweep_path: str | Path, scale_name: str, runs: str | Path, out: str | Path
+) -> tuple[Sweep, Scale, list[RunRecord]]:
+    """A table's first step: the sweep, its scale (an error naming the known ones when there is none) and every
+    run's record, the finished ones published under `<out>/records/`."""
+    sweep = load_sweep(sweep_path)
+    scale = scale_named(sweep_path, scale_name)
+    return sweep, scale, publish_finished(collect(sweep, scale, runs, out), sweep, scale, out)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -22,13 +22,8 @@ from typing import Any, Mapping, Optional, Sequence
 from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
 from ..records import run_seconds, write_renderings
-from ..sweep import Row, Scale, Sweep, load_sweep, paper_units, scales_for
-from .collect import (
-    RunRecord,
-    collect,
-    publish_finished,
-    read_curves,
-)
+from ..sweep import Row, Scale, Sweep, paper_units
+from .collect import RunRecord, collect_and_publish, read_curves
 from .contrasts import ContrastResult, markdown_lines, measure_contrasts, sentences
 from .contrasts import note as contrast_note_line
 from .render import (
@@ -295,12 +290,7 @@ def build_table(
     sweep_path: str | Path, scale_name: str, runs: str | Path = "runs", out: str | Path = "results"
 ) -> Table:
     """Collect and publish the records, then summarise every row and test it against base."""
-    sweep = load_sweep(sweep_path)
-    scales = scales_for(sweep_path)
-    if scale_name not in scales:
-        raise ValueError(f"--scale {scale_name!r}: unknown; scales: {', '.join(scales)}")
-    scale = scales[scale_name]
-    records = publish_finished(collect(sweep, scale, runs, out), sweep, scale, out)
+    sweep, scale, records = collect_and_publish(sweep_path, scale_name, runs, out)
     extra = varying_fields([paper_units(sweep, row) for row in sweep.rows])
     summaries = {}
     for row in sweep.rows:

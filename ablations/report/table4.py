@@ -20,8 +20,8 @@ from typing import Any, Mapping, Optional, Sequence
 from lightning_modules.config import DataConfig
 
 from ..records import run_seconds, write_atomic, write_renderings
-from ..sweep import Scale, Sweep, expand, load_sweep, scales_for
-from .collect import RunRecord, collect, publish_finished
+from ..sweep import Scale, Sweep, expand
+from .collect import RunRecord, collect_and_publish
 from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .stats import PairedDelta, seed_interval
@@ -92,12 +92,7 @@ def build_table(
     sweep_path: str | Path, scale_name: str, runs: str | Path = "runs", out: str | Path = "results"
 ) -> Table:
     """Collect and publish the records, then summarise every row: Table 3's model in Table 4's terms."""
-    sweep = load_sweep(sweep_path)
-    scales = scales_for(sweep_path)
-    if scale_name not in scales:
-        raise ValueError(f"--scale {scale_name!r}: unknown; scales: {', '.join(scales)}")
-    scale = scales[scale_name]
-    records = publish_finished(collect(sweep, scale, runs, out), sweep, scale, out)
+    sweep, scale, records = collect_and_publish(sweep_path, scale_name, runs, out)
     results = tuple(summarize(row, [run for run in records if run.spec.row == row.id]) for row in sweep.rows)
     reference = sweep.reference_row().id
     base = next(result for result in results if result.row.id == reference)
