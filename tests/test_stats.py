@@ -130,6 +130,23 @@ def test_holm_can_leave_a_row_unresolved_that_alone_would_pass():
     assert together.p_holm > alone.p_holm
 
 
+def test_an_untested_large_row_counts_at_p_1_in_holms_family_and_a_row_without_seeds_gets_no_verdict():
+    effect = PaperEffect(-2.1, 1.19)
+    marginal = _evidence("C2", PaperEffect(-0.5, 0.27), [0, 0, 0], [0.1, 0.5, 0.2])
+    one_seed = _evidence("C4", effect, [0], [0.4])
+    no_seed = RowEvidence("D1", effect, paired_delta({}, {0: 1.0}), paired_delta({}, {0: 1.0}))
+    alone = judge([marginal], base_ppl=5.0)
+    partial = judge([marginal, one_seed, no_seed], base_ppl=5.0)
+    p = paired_delta({0: 0.1, 1: 0.5, 2: 0.2}, {0: 0, 1: 0, 2: 0}).p_value
+    assert alone["C2"].p_holm == pytest.approx(p)
+    assert partial["C2"].p_holm == pytest.approx(3 * p)  # a family of 3: C4 and D1 at p = 1
+    assert partial["C4"].verdict == "unresolved" and partial["C4"].p_holm is None  # one seed: never evidence
+    assert "D1" not in partial  # nothing trained: not judged at all
+    # the family's untested rows landing with any p-values never raise C2's adjusted p
+    landed = judge([marginal, _evidence("C4", effect, [0, 0, 0], [0.3, 0.5, 0.4])], base_ppl=5.0)
+    assert landed["C2"].p_holm <= judge([marginal, one_seed], base_ppl=5.0)["C2"].p_holm
+
+
 def test_rank_correlation_is_spearmans_rho_over_shared_rows():
     ours = {"A": 0.1, "B": 0.5, "C": 0.2, "D": None}
     paper = {"A": 1.0, "B": 3.0, "C": 2.0, "D": 4.0}

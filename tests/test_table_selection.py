@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
@@ -85,6 +86,15 @@ def test_partial_writes_the_table_with_the_gaps(project, capsys):
     assert table(project, "--set", "train.max_steps=50", "--partial") == 0
     assert "1 missing" in (project / "out" / f"{STEM}.md").read_text(encoding="utf-8")
     assert "--partial: 1 of 10 selected runs have no finished record" in capsys.readouterr().err
+    # a row with no finished run at all is named, and neither judged nor counted as unresolved
+    for folder in (project / "runs" / "mini" / "tiny").glob("D1-s*-*"):
+        shutil.rmtree(folder)
+    assert table(project, "--set", "train.max_steps=50", "--partial") == 0
+    lines = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8").splitlines()
+    assert "- No finished run yet, so not judged (and not counted): D1." in lines
+    assert "D1" not in next(line for line in lines if line.startswith("- Verdicts:"))
+    statistics = json.loads((project / "out" / f"{STEM}.json").read_text(encoding="utf-8"))["statistics"]
+    assert next(row for row in statistics if row["row"] == "D1")["verdict"] is None
 
 
 def test_published_records_only_with_published_and_counted(project, capsys):

@@ -10,7 +10,9 @@ bootstrap) says how sure one seed's BLEU is, not how a row's training varies, so
 Each row gets a verdict against the paper's Table 3:
 - The paper's large effects (|delta BLEU| >= 0.5 or |delta PPL| >= 0.25; ten rows of Table 3) are judged on
   perplexity where the paper's PPL effect is large, else on BLEU: `agrees` when the Holm-corrected paired test
-  rejects "no difference" (familywise 5 % over the judged rows) and the mean lies on the paper's side,
+  rejects "no difference" (familywise 5 % over all the large-effect rows in the table, those with fewer than 2
+  seeds counted at p = 1, so a partial table's verdicts stand as its other rows land) and the mean lies on the
+  paper's side,
   `disagrees` when it rejects with the mean on the other side, else `unresolved`.
 - The rows whose paper effect is small get `equivalent` when both BLEU and PPL pass a TOST equivalence test at
   5 % with margins of +-0.5 BLEU and +-2 % of base's perplexity, else `differs` when either 95 % interval
@@ -155,22 +157,23 @@ class Judgement:
 
 
 def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, Judgement]:
-    """A verdict per row with a paper effect (rows the paper does not print get none); see the module docstring."""
+    """A verdict per row with a paper effect and at least one seed paired with base (rows the paper does not print,
+    and rows with no finished seed, get none); see the module docstring.
+
+    Holm's family is every large-effect row given, tested or not: a row with fewer than 2 paired seeds counts at
+    p = 1. Holm's adjusted p-values never rise when another p-value falls, so a verdict reached in a partial table
+    stands when the other rows' runs land (it could only be lost to a family that grew, and this one does not)."""
     large = {r.row_id: r for r in rows if r.paper is not None and r.paper.large}
-    tested = {}
-    for row_id, r in large.items():
-        delta = getattr(r, r.paper.judged_on)
-        if delta.p_value is not None:
-            tested[row_id] = delta.p_value
-    adjusted = holm(tested)
+    family = {row_id: getattr(r, r.paper.judged_on).p_value for row_id, r in large.items()}
+    adjusted = holm({row_id: 1.0 if p is None else p for row_id, p in family.items()})
     out: dict[str, Judgement] = {}
     for r in rows:
-        if r.paper is None:
+        if r.paper is None or not (r.bleu.seeds or r.ppl.seeds):
             continue
         if r.row_id in large:
             metric = r.paper.judged_on
             delta = getattr(r, metric)
-            p = adjusted.get(r.row_id)
+            p = None if family[r.row_id] is None else adjusted[r.row_id]
             verdict: Verdict = "unresolved"
             if p is not None and p < ALPHA and delta.mean:
                 verdict = "agrees" if (delta.mean > 0) == (r.paper.direction(metric) > 0) else "disagrees"

@@ -275,13 +275,13 @@ def with_verdicts(results: tuple[RowResult, ...], base: RowResult) -> tuple[RowR
             paired_delta(per_seed(result, "dev_ppl"), per_seed(base, "dev_ppl")),
         )
         for result in results
-        if result is not base
+        if result is not base and result.runs  # rows selected away are not in the table, nor in Holm's family
     }
     judgements = judge(list(evidence.values()), base.mean("dev_ppl"))
     return tuple(
         result
         if result is base
-        else replace(result, evidence=evidence[result.row.id], judgement=judgements.get(result.row.id))
+        else replace(result, evidence=evidence.get(result.row.id), judgement=judgements.get(result.row.id))
         for result in results
     )
 
@@ -375,10 +375,14 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
 
 def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
     """The verdicts counted, how many of the paper's large effects agree, and the rank correlation of Δ PPL; over the
-    rows with runs in the table (a row selected away or never trained is named, not counted as unresolved)."""
+    rows with a finished run (a row selected away, or with no finished run yet, is named, not counted as
+    unresolved)."""
     absent = [r.row.id for r in results if r is not base and not r.runs]
-    judged = [r for r in results if r.judgement is not None and r.runs]
+    untrained = [r.row.id for r in results if r is not base and r.runs and not r.done]
+    judged = [r for r in results if r.judgement is not None and r.done]
     missing = [f"Not in this table, so neither judged nor counted: {', '.join(absent)}."] if absent else []
+    if untrained:
+        missing.append(f"No finished run yet, so not judged (and not counted): {', '.join(untrained)}.")
     if not judged:
         return missing
     counts = {v: [r.row.id for r in judged if r.judgement.verdict == v] for v in VERDICTS}
@@ -428,7 +432,8 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         "random numbers: the same data order and draws in every row); one seed gives no interval.",
         f"Verdict against the paper: its large effects (|Δ BLEU| ≥ {LARGE_BLEU:g} or |Δ PPL| ≥ {LARGE_PPL:g}) are judged "
         "on PPL where its PPL effect is large, else on BLEU: agrees / disagrees when the paired t-test, Holm-corrected "
-        "over those rows (familywise 5 %), rejects no difference with the mean on the paper's side / the other side; "
+        "over all those rows in the table (familywise 5 %; a row with fewer than 2 seeds counts at p = 1, so a verdict "
+        "stands as more runs land), rejects no difference with the mean on the paper's side / the other side; "
         f"its small effects are equivalent when TOST at 5 % passes for BLEU (±{MARGIN_BLEU:g}) and PPL "
         f"(±{100 * MARGIN_PPL_RELATIVE:g} % of {base.id}'s), differs when either interval excludes 0; else unresolved.",
     ]
