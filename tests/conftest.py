@@ -1,3 +1,5 @@
+import socket
+import threading
 from collections import Counter
 from contextlib import contextmanager
 
@@ -12,6 +14,35 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def silent_server():
+    """The port of a local server (127.0.0.1) that accepts every connection and never answers: a wandb server that
+    hangs."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted, stop = [], threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+        for conn in accepted:
+            conn.close()
 
 
 @pytest.fixture

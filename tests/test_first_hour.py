@@ -190,54 +190,30 @@ def test_files_are_written_with_the_users_umask(trained, tmp_path, monkeypatch):
     assert stat.S_IMODE((tmp_path / "private.txt").stat().st_mode) == 0o600
 
 
-def test_sync_bounds_its_whole_wait_on_a_server_that_never_answers(tmp_path, monkeypatch, capsys):
+def test_sync_bounds_its_whole_wait_on_a_server_that_never_answers(tmp_path, monkeypatch, capsys, silent_server):
     """A local socket (127.0.0.1) that accepts and never answers: the first run's upload uses what is left of the
     sync's --timeout, times out, and the other runs are not tried (they would wait as long each)."""
-    import socket
     import sys
-    import threading
     import time
 
     from ablations import sync
 
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    port = server.getsockname()[1]
-    accepted, stop = [], threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(server.accept()[0])
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
-        # `wandb sync` stood in for by a client that connects and waits for an answer that never comes
-        client = f"import socket; socket.create_connection(('127.0.0.1', {port})).recv(1)"
-        monkeypatch.setattr(sync, "wandb_command", lambda: [sys.executable, "-c", client])
-        for i in range(3):
-            offline = tmp_path / "s" / "t" / f"r{i}-s0-{i:04d}" / "wandb" / f"offline-run-20260101_000000-{i:04d}"
-            offline.mkdir(parents=True)
-            (offline / f"run-{i:04d}.wandb").write_bytes(b"")
-        started = time.monotonic()
-        assert sync.sync_runs(tmp_path, timeout=3) == 1
-        assert time.monotonic() - started < 10  # not 3 x 3 s
-        out = capsys.readouterr().out
-        assert "timed out after" in out and "0 synced, 1 failed, 2 not tried (a run timed out)" in out
-        with pytest.raises(ValueError, match="--timeout"):
-            sync.sync_runs(tmp_path, timeout=0)
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
-        for conn in accepted:
-            conn.close()
+    port = silent_server
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    # `wandb sync` stood in for by a client that connects and waits for an answer that never comes
+    client = f"import socket; socket.create_connection(('127.0.0.1', {port})).recv(1)"
+    monkeypatch.setattr(sync, "wandb_command", lambda: [sys.executable, "-c", client])
+    for i in range(3):
+        offline = tmp_path / "s" / "t" / f"r{i}-s0-{i:04d}" / "wandb" / f"offline-run-20260101_000000-{i:04d}"
+        offline.mkdir(parents=True)
+        (offline / f"run-{i:04d}.wandb").write_bytes(b"")
+    started = time.monotonic()
+    assert sync.sync_runs(tmp_path, timeout=3) == 1
+    assert time.monotonic() - started < 10  # not 3 x 3 s
+    out = capsys.readouterr().out
+    assert "timed out after" in out and "0 synced, 1 failed, 2 not tried (a run timed out)" in out
+    with pytest.raises(ValueError, match="--timeout"):
+        sync.sync_runs(tmp_path, timeout=0)
 
 
 def test_storage_passwords_are_masked_wherever_they_are_shown(tmp_path, capsys):

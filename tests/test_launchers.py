@@ -14,10 +14,8 @@ import os
 import pickle
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -607,53 +605,30 @@ def test_a_synced_run_records_its_wandb_address(tmp_path, monkeypatch, capsys):
     assert sync.is_synced(offline)
 
 
-def test_sync_times_out_on_a_server_that_never_answers(tmp_path, monkeypatch, capsys):
+def test_sync_times_out_on_a_server_that_never_answers(tmp_path, monkeypatch, capsys, silent_server):
     """A server that accepts connections and never answers: each `wandb sync` is stopped after its timeout."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    accepted = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(server.accept()[0])
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
-        monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-        monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
-        run_dir = tmp_path / "s" / "t" / "d-s0-dddd"
-        run_dir.mkdir(parents=True)
-        make = (
-            "import wandb; r = wandb.init(project='p', id='dddd', dir=%r, mode='offline'); r.log({'x': 1}); r.finish()"
-            % str(run_dir)
-        )
-        subprocess.run(
-            [sys.executable, "-c", make],
-            check=True,
-            timeout=60,
-            capture_output=True,
-            env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true"),
-        )
-        (run,) = sync.offline_runs(tmp_path)
-        started = time.time()
-        assert sync.sync_runs(tmp_path, timeout=5) == 1
-        assert time.time() - started < 30
-        out = capsys.readouterr().out
-        # The run gets what is left of the 5 s after listing and probing: "4.99 s" on a loaded machine.
-        assert f"FAILED {run}" in out and "0 synced, 1 failed" in out
-        assert re.search(r"timed out after (5|4\.\d+) s", out), out
-        assert not sync.is_synced(run)
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        server.close()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{silent_server}")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    run_dir = tmp_path / "s" / "t" / "d-s0-dddd"
+    run_dir.mkdir(parents=True)
+    make = (
+        "import wandb; r = wandb.init(project='p', id='dddd', dir=%r, mode='offline'); r.log({'x': 1}); r.finish()"
+        % str(run_dir)
+    )
+    subprocess.run(
+        [sys.executable, "-c", make],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true"),
+    )
+    (run,) = sync.offline_runs(tmp_path)
+    started = time.time()
+    assert sync.sync_runs(tmp_path, timeout=5) == 1
+    assert time.time() - started < 30
+    out = capsys.readouterr().out
+    # The run gets what is left of the 5 s after listing and probing: "4.99 s" on a loaded machine.
+    assert f"FAILED {run}" in out and "0 synced, 1 failed" in out
+    assert re.search(r"timed out after (5|4\.\d+) s", out), out
+    assert not sync.is_synced(run)

@@ -97,6 +97,17 @@ def test_partial_writes_the_table_with_the_gaps(project, capsys):
     assert next(row for row in statistics if row["row"] == "D1")["verdict"] is None
 
 
+def test_a_verdict_without_a_diverged_seed_says_so(project):
+    metrics = next((project / "runs" / "mini" / "tiny").glob("D1-s1-*")) / "metrics.json"
+    record = json.loads(metrics.read_text(encoding="utf-8"))
+    metrics.write_text(json.dumps({**record, "status": "diverged", "diverged_step": 7}), encoding="utf-8")
+    assert table(project, "--set", "train.max_steps=50") == 0  # a diverged run is finished: no --partial needed
+    lines = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8").splitlines()
+    note = next(line for line in lines if line.startswith("- Judged on their done seeds only"))
+    assert note.endswith(": D1 (s1 diverged).")
+    assert "1/2 (s1 diverged)" in next(line for line in lines if line.startswith("|") and " D1 |" in line)
+
+
 def test_published_records_only_with_published_and_counted(project, capsys):
     assert table(project, "--set", "train.max_steps=50") == 0  # publishes every record under out/records/
     shutil.rmtree(project / "runs")

@@ -379,10 +379,29 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
     unresolved)."""
     absent = [r.row.id for r in results if r is not base and not r.runs]
     untrained = [r.row.id for r in results if r is not base and r.runs and not r.done]
-    judged = [r for r in results if r.judgement is not None and r.done]
+    judged = [r for r in results if r.judgement is not None]
     missing = [f"Not in this table, so neither judged nor counted: {', '.join(absent)}."] if absent else []
     if untrained:
         missing.append(f"No finished run yet, so not judged (and not counted): {', '.join(untrained)}.")
+    unpaired = [
+        r.row.id
+        for r in results
+        if r is not base and r.done and r.judgement is None and r.evidence is not None and r.evidence.paper is not None
+    ]
+    if unpaired:
+        missing.append(
+            f"Finished, but no seed in common with base's finished runs, so not judged: {', '.join(unpaired)}."
+        )
+    lost = {
+        r.row.id: [f"s{run.spec.seed} {run.status}" for run in r.runs if run.status in ("diverged", "failed")]
+        for r in judged
+    }
+    if any(lost.values()):
+        named = "; ".join(f"{row_id} ({', '.join(seeds)})" for row_id, seeds in lost.items() if seeds)
+        missing.append(
+            f"Judged on their done seeds only, without the seeds that diverged or failed (an outcome the verdict does "
+            f"not weigh; read it beside them): {named}."
+        )
     if not judged:
         return missing
     counts = {v: [r.row.id for r in judged if r.judgement.verdict == v] for v in VERDICTS}
