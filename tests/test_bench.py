@@ -322,3 +322,13 @@ def test_cli_names_a_missing_multi30k_directory(tmp_path, capsys):
 
     assert main(["bench", "--quick", "--multi30k", str(tmp_path / "absent")]) == 2
     assert "--multi30k" in capsys.readouterr().err
+
+
+def test_the_bench_says_which_presets_train_in_bf16_as_scales_yaml_does():
+    from ablations.measure.bench import report
+    from ablations.sweep import PROJECT_SCALES, load_scales
+
+    on, off = report.bf16_defaults().split(" (")[0].split("; ")
+    for name, scale in load_scales(PROJECT_SCALES).items():
+        side = on if scale.settings.get("train.precision") == "bf16-mixed" else off
+        assert name in side.split(": ")[1].split(", "), (name, side)

@@ -155,7 +155,7 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
             lever,
             "; ".join(f"{name}: {rate:,.0f}" for name, rate in levers[lever]["tokens_per_s"].items()),
             f"{levers[lever]['speedup']:.3f}",
-            LEVER_DEFAULTS[lever],
+            bf16_defaults() if lever == "bf16_autocast" else LEVER_DEFAULTS[lever],
         ]
         for lever in ("attention_kernel", "bf16_autocast", "fused_adam", "torch_compile")
         if lever in levers
@@ -196,11 +196,22 @@ def to_markdown(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
+def bf16_defaults() -> str:
+    """Which of the project's scale presets train in bf16, read from sweeps/scales.yaml (their one owner)."""
+    from ...sweep import PROJECT_SCALES, load_scales
+
+    presets = {name: scale.settings.get("train.precision") for name, scale in load_scales(PROJECT_SCALES).items()}
+    on = [name for name, precision in presets.items() if precision == "bf16-mixed"]
+    off = [name for name, precision in presets.items() if precision != "bf16-mixed"]
+    return (
+        f"on in: {', '.join(on) or 'none'}; off in: {', '.join(off) or 'none'} (sweeps/scales.yaml says why: "
+        "emulated, about 10× slower than fp32, on CPUs without avx512_bf16/amx_bf16)"
+    )
+
+
 LEVER_DEFAULTS = {
     "attention_kernel": "chosen per call: SDPA's fused kernel, except explicit matmuls for bf16 on CPU; the first "
     "setting is the one chosen at this precision",
-    "bf16_autocast": "where it wins: on in the small and converged (d_model 128) and paper presets; off at tiny "
-    "(d_model 64, where a base run trained slower in bf16 than in fp32: sweeps/scales.yaml, the tiny preset)",
     "fused_adam": "no: torch's default (foreach) Adam",
     "native_dropout": "yes on CPU for fp32 and bf16 (where a C++ compiler builds the kernels; ATTENTION_NATIVE_KERNELS=0 "
     "turns them off): the noise drawn by a counter-based hash instead of torch's Bernoulli sampler; "
