@@ -451,8 +451,8 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         "random numbers: the same data order and draws in every row); one seed gives no interval.",
         f"Verdict against the paper: its large effects (|Δ BLEU| ≥ {LARGE_BLEU:g} or |Δ PPL| ≥ {LARGE_PPL:g}) are judged "
         "on PPL where its PPL effect is large, else on BLEU: agrees / disagrees when the paired t-test, Holm-corrected "
-        "over all those rows in the table (familywise 5 %; a row with fewer than 2 seeds counts at p = 1, so a verdict "
-        "stands as more runs land), rejects no difference with the mean on the paper's side / the other side; "
+        "over all those rows in the table (familywise 5 %; a row with fewer than 2 seeds counts at p = 1, so a row's "
+        "verdict stands as other rows' runs land), rejects no difference with the mean on the paper's side / the other side; "
         f"its small effects are equivalent when TOST at 5 % passes for BLEU (±{MARGIN_BLEU:g}) and PPL "
         f"(±{100 * MARGIN_PPL_RELATIVE:g} % of {base.id}'s), differs when either interval excludes 0; else unresolved.",
     ]
