@@ -44,3 +44,37 @@ def test_a_published_table_rebuilds_byte_for_byte_from_the_records_alone(table, 
         committed = RESULTS / path.name
         assert committed.exists(), f"{path.name}: rebuilt by {header['Command']!r} but not committed"
         assert path.read_bytes() == committed.read_bytes(), f"{path.name} differs from its rebuild"
+
+
+GLANCE = {  # the README's columns of "Table 3's verdicts at a glance", each a published table
+    "tiny (2 seeds)": "table3_tiny",
+    "converged, bf16": "table3_converged_train-precision-bf16-mixed",
+    "converged, fp32 (the preset)": "table3_converged",
+}
+
+
+def glance_cell(row: dict | None) -> str:
+    if row is None or row.get("verdict") is None:
+        return "no finished run"
+    metric = f" ({row['judged_on'].upper()})" if row.get("judged_on") else ""
+    seeds = len(row["seeds"])
+    return f"{row['verdict']}{metric}, {seeds} seed{'' if seeds == 1 else 's'}"
+
+
+def test_the_readmes_verdicts_at_a_glance_are_the_published_tables():
+    """The README's summary of Table 3 is hand-copied from the tables: it must say what they say as runs land."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Table 3's verdicts at a glance", 1)[1].split("\n### ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header[:2] == ["row", "paper's effect"] and header[2:] == list(GLANCE)
+    published = {
+        column: {r["row"]: r for r in json.loads((RESULTS / f"{stem}.json").read_text())["statistics"]}
+        for column, stem in GLANCE.items()
+    }
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+    assert [row[0] for row in rows] == list(published["tiny (2 seeds)"])
+    for row_id, effect, *cells in rows:
+        assert effect == ("large" if published["tiny (2 seeds)"][row_id]["judged_on"] else "small"), row_id
+        for column, cell in zip(GLANCE, cells):
+            assert cell == glance_cell(published[column].get(row_id)), (row_id, column)
