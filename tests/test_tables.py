@@ -374,7 +374,7 @@ def test_command_line(project, capsys):
 
 
 def test_plateau_change_reads_the_last_fifth_of_the_budget():
-    from ablations.report.table3 import plateau_change
+    from ablations.report.convergence import plateau_change
 
     curve = [(250, 40.0), (500, 10.0), (750, 5.0), (800, 4.0), (900, 3.9), (1000, 3.96)]
     assert plateau_change(curve, 1000) == pytest.approx(-0.01)  # from step 800 (4.0) to the end (3.96)

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..records import write_atomic_bytes
 from .collect import PUBLISHED, RunRecord, read_curves
-from .table3 import RowResult, Table, deltas, seed_differences
+from .rows import RowResult
+from .table3 import Table, deltas, seed_differences
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")

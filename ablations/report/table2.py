@@ -34,7 +34,8 @@ from ..records import write_renderings
 from ..sweep import Sweep, paper_units
 from .collect import RunRecord
 from .render import csv_text, escape_tex, fixed, markdown_table, tex_row, tex_table
-from .table3 import RowResult, Table, with_overrides, with_overrides_title
+from .rows import RowResult
+from .table3 import Table, with_overrides, with_overrides_title
 
 ROWS = ("base", "big")
 SUSTAINED_FILE = "sustained_flops.json"

@@ -24,8 +24,9 @@ from ..sweep import Scale, Sweep, expand
 from .collect import RunRecord, collect_and_publish
 from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
+from .rows import RowResult, stat
 from .stats import PairedDelta, seed_interval
-from .table3 import RowResult, Table, describe_commits, describe_hardware, distinct, plain, seeds_cell, stat, stat_cell
+from .table3 import Table, describe_commits, describe_hardware, distinct, plain, seeds_cell, stat_cell
 from .table3 import title as sweep_title
 
 # The paper's Table 4 as printed: (parser, training, WSJ section 23 F1). Only the Transformer's WSJ-only row has a

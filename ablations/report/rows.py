@@ -1,0 +1,81 @@
+"""A row of a sweep's table as data: its runs, the mean ± std of each measure over the done seeds, and (set by
+table3.with_verdicts) its seed-paired evidence against base and its verdict against the paper."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from ..records import run_seconds
+from ..sweep import Row
+from .collect import RunRecord
+from .stats import Judgement, RowEvidence
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    std: Optional[float]  # sample standard deviation, from two values on
+    n: int
+
+
+def stat(values: Sequence[Optional[float]]) -> Optional[Stat]:
+    values = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return None
+    return Stat(statistics.fmean(values), statistics.stdev(values) if len(values) >= 2 else None, len(values))
+
+
+def scaled(value: Optional[float], factor: float) -> Optional[float]:
+    return None if value is None else value * factor
+
+
+def measures(metrics: Mapping[str, Any]) -> dict[str, Optional[float]]:
+    """The measured columns of one run, in display units."""
+    return {
+        "dev_ppl": metrics.get("dev_ppl"),
+        "dev_bleu": metrics.get("dev_bleu"),
+        "dev_bleu_tok": metrics.get("dev_bleu_tok"),
+        "params_m": scaled(metrics.get("params"), 1e-6),
+        "steps": metrics.get("steps"),
+        "tokens_per_s": metrics.get("train_tokens_per_second"),
+        "wall_min": scaled(run_seconds(metrics), 1 / 60),
+    }
+
+
+MEASURES = tuple(measures({}))
+
+
+@dataclass(frozen=True)
+class RowResult:
+    row: Row
+    paper_units: Mapping[str, str]  # column key -> the row's value, formatted
+    runs: tuple[RunRecord, ...]
+    stats: Mapping[str, Optional[Stat]]
+    evidence: Optional[RowEvidence] = None  # seed-paired differences from base (None for base itself)
+    judgement: Optional[Judgement] = None  # the verdict against the paper (None where the paper prints nothing)
+
+    @property
+    def done(self) -> list[RunRecord]:
+        return [run for run in self.runs if run.done]
+
+    @property
+    def status(self) -> str:
+        """`done` if any seed is done, else the seeds' statuses: `missing`, `failed/running`, ..."""
+        return "done" if self.done else "/".join(sorted({run.status for run in self.runs}))
+
+    def mean(self, key: str) -> Optional[float]:
+        return None if self.stats[key] is None else self.stats[key].mean
+
+
+def per_seed(result: RowResult, key: str) -> dict[int, float]:
+    """{seed: value} over the row's done runs (a metric of seed i is paired with base's of seed i)."""
+    values = {run.spec.seed: measures(run.metrics)[key] for run in result.done}
+    return {seed: float(v) for seed, v in values.items() if v is not None and math.isfinite(v)}
+
+
+def summarize(row: Row, runs: Sequence[RunRecord], cells: Mapping[str, str]) -> RowResult:
+    stats = {key: stat([measures(run.metrics)[key] for run in runs if run.done]) for key in MEASURES}
+    return RowResult(row, dict(cells), tuple(runs), stats)
