@@ -108,6 +108,17 @@ def test_a_verdict_without_a_diverged_seed_says_so(project):
     assert "1/2 (s1 diverged)" in next(line for line in lines if line.startswith("|") and " D1 |" in line)
 
 
+def test_a_row_that_shares_no_seed_with_base_is_named_not_judged(project):
+    runs = project / "runs" / "mini" / "tiny"
+    for folder in (*runs.glob("base-s1-*"), *runs.glob("D1-s0-*")):  # base has only seed 0, D1 only seed 1
+        shutil.rmtree(folder)
+    assert table(project, "--set", "train.max_steps=50", "--partial") == 0
+    lines = (project / "out" / f"{STEM}.md").read_text(encoding="utf-8").splitlines()
+    assert "- Finished, but no seed in common with base's finished runs, so not judged: D1." in lines
+    statistics = json.loads((project / "out" / f"{STEM}.json").read_text(encoding="utf-8"))["statistics"]
+    assert next(row for row in statistics if row["row"] == "D1")["verdict"] is None
+
+
 def test_published_records_only_with_published_and_counted(project, capsys):
     assert table(project, "--set", "train.max_steps=50") == 0  # publishes every record under out/records/
     shutil.rmtree(project / "runs")
