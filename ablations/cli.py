@@ -627,6 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .measure.gpu_check import add_gpu_check_parser
 
     add_gpu_check_parser(sub)
+    from .reproduce import add_reproduce_parser
+
+    add_reproduce_parser(sub)
     return parser
 
 

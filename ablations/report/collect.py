@@ -185,16 +185,24 @@ def collect_and_publish(
 # --------------------------------------------------------------------------------------------------------------
 
 
+def curve_files(folder: Path) -> list[tuple[str, Path]]:
+    """(name, file) of a record's curves, attempts in order: a published record's `curves-<attempt>.csv`, or a run
+    folder's `logs/<attempt>/metrics.csv` under the name publishing gives it."""
+    files = [(path.name, path) for path in Path(folder).glob("curves-*.csv")]
+    files = files or [(name, path) for name, path in record_files(Path(folder)) if name.startswith("curves-")]
+    return sorted(files, key=lambda named: attempt_order(Path(named[0])))
+
+
 def read_curves(folder: Optional[Path]) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) series of a record's `curves-<attempt>.csv` files, attempts in order, by step.
+    """(step, value) series of a record's curves (`curve_files`), attempts in order, by step.
 
     The `-final` files hold the separate final evaluation (logged at step 0), not points of the curve.
     """
     curves: dict[str, dict[int, float]] = {key: {} for key in CURVE_KEYS}
     if folder is None:
         return {key: [] for key in CURVE_KEYS}
-    for path in sorted(Path(folder).glob("curves-*.csv"), key=attempt_order):
-        if path.stem.endswith("-final"):
+    for name, path in curve_files(folder):
+        if Path(name).stem.endswith("-final"):
             continue
         with path.open(encoding="utf-8", newline="") as handle:
             for line in csv.DictReader(handle):
