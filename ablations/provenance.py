@@ -16,15 +16,20 @@ def cpu_model() -> str:
 
 
 def hardware() -> dict[str, Any]:
-    """What ran the run, for table headers: device, CPU model, threads and torch. The code's commit is not here: a
-    run reads it when each attempt starts (`code_commit`), since the checkout may move on while it trains."""
+    """What ran the run, for table headers: device, CPU model, threads, torch, and whether the native kernels were
+    on and built (`native_kernels`: on a CPU they draw training's dropout masks, so the same seed trains another run
+    without them; `ablate reproduce` replays a record with its own setting). The code's commit is not here: a run
+    reads it when each attempt starts (`code_commit`), since the checkout may move on while it trains."""
     import torch
+
+    from lightning_modules import native
 
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "cpu_model": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "torch_version": torch.__version__,
+        "native_kernels": native.available(),
     }
 
 

@@ -7,6 +7,9 @@ checks it for one record in a minute: it trains the record's config (same seed, 
 whole budget) for `--steps` steps in a temporary folder, deleted afterwards, and compares the training loss the
 run logged every 10 steps.
 
+The native kernels draw the dropout masks on CPU: the retrained run has them on or off as the record's
+`native_kernels` says (records from 4 December 2026 on), else as ATTENTION_NATIVE_KERNELS says.
+
 The verdict: `identical` (every compared loss equal to all printed digits); `same run` (each within `--rtol`,
 relative: the fp32 kernels of another CPU or torch build round differently, and rounding grows step by step, about
 1e-7 after 19 steps and 1e-4 after 239 between two AMD EPYC machines); `differs` (a loss further off: other data,
@@ -104,7 +107,11 @@ def retrain(config: Any, steps: int, threads: Optional[int], workdir: Path) -> l
 
 def reproduce(record: Path, steps: int = DEFAULT_STEPS, rtol: float = DEFAULT_RTOL) -> tuple[Comparison, dict]:
     """Retrain the record's first `steps` steps on this machine's CPU and compare; (comparison, the record's
-    metrics.json). A ValueError names what the record lacks or what cannot be replayed here."""
+    metrics.json). The native kernels, which draw the dropout masks on CPU, are on or off as the record's
+    `native_kernels` says; a record without it (before 4 December 2026) is replayed as ATTENTION_NATIVE_KERNELS
+    says (default on). A ValueError names what the record lacks or what cannot be replayed here."""
+    from lightning_modules import native
+
     from .records import CONFIG_FILE, read_config, read_metrics
 
     record = Path(record)
@@ -120,21 +127,34 @@ def reproduce(record: Path, steps: int = DEFAULT_STEPS, rtol: float = DEFAULT_RT
             "reproduce replays single-device runs only"
         )
     recorded = recorded_loss(record, steps)
-    with tempfile.TemporaryDirectory(prefix="ablate-reproduce-") as workdir:
+    kernels = metrics.get("native_kernels")
+    with (
+        native.switched(bool(kernels) if kernels is not None else native.enabled),
+        tempfile.TemporaryDirectory(prefix="ablate-reproduce-") as workdir,
+    ):
         reproduced = retrain(config, steps, metrics.get("torch_threads"), Path(workdir))
     return compare(recorded, reproduced, rtol), metrics
 
 
 def cmd_reproduce(args: Any) -> int:
+    from lightning_modules import native
+
     from .provenance import hardware
 
     comparison, metrics = reproduce(Path(args.record), args.steps, args.rtol)
     here = hardware()
+    recorded = metrics.get("native_kernels")
+    replayed = native.available() if recorded is None else bool(recorded) and native.library() is not None
+    said = {True: "on", False: "off", None: "not recorded"}
     print(
         f"record: {args.record} (commit {metrics.get('commit')}, {metrics.get('cpu_model')}, "
-        f"torch {metrics.get('torch_version')}, {metrics.get('torch_threads')} thread(s))"
+        f"torch {metrics.get('torch_version')}, {metrics.get('torch_threads')} thread(s), "
+        f"native kernels {said[recorded]})"
     )
-    print(f"here:   {here['cpu_model']}, torch {here['torch_version']}, the first {args.steps} steps")
+    print(
+        f"here:   {here['cpu_model']}, torch {here['torch_version']}, the first {args.steps} steps, "
+        f"native kernels {said[replayed]}"
+    )
     print(f"{'step':>6}  {'recorded loss':>15}  {'retrained loss':>15}  relative difference")
     for step, old, new, rel in zip(comparison.steps, comparison.recorded, comparison.reproduced, comparison.relative):
         print(f"{step:>6}  {old:>15.7f}  {new:>15.7f}  {rel:.1e}")

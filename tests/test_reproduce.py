@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -80,12 +81,46 @@ def test_today_s_code_trains_a_converged_record_as_recorded(tmp_path, monkeypatc
     assert {path: path.read_bytes() for path in CONVERGED_C1.rglob("*")} == published
 
 
-@pytest.mark.slow
-def test_the_tiny_records_replay_bit_for_bit_with_torch_s_dropout():
-    """The tiny records were trained before the native dropout noise (207d384): with the native kernels off, this
-    code draws their dropout masks again and retrains them to the last digit."""
+def with_native_kernels(record: Path, destination: Path, on: bool) -> Path:
+    """A copy of a published record whose metrics.json says the native kernels were `on` (or off)."""
+    shutil.copytree(record, destination)
+    metrics = json.loads((destination / "metrics.json").read_text())
+    (destination / "metrics.json").write_text(json.dumps({**metrics, "native_kernels": on}))
+    return destination
+
+
+def test_a_record_replays_with_the_native_kernels_on_or_off_as_it_says(tmp_path, monkeypatch, capsys):
     from lightning_modules import native
 
+    seen = []
+    monkeypatch.setattr(
+        reproduce, "retrain", lambda config, steps, threads, workdir: seen.append(native.enabled) or [(9, 1.0)]
+    )
+    off = with_native_kernels(TINY_BASE, tmp_path / "off", False)
+    assert cli.main(["reproduce", str(off), "--steps", "10"]) == 1
+    assert "native kernels off)" in capsys.readouterr().out and seen == [False]
+    before = native.enabled
+    with native.switched(False):  # the record's word beats the environment's
+        reproduce.reproduce(with_native_kernels(TINY_BASE, tmp_path / "on", True), steps=10)
+        assert native.enabled is False
+    assert seen == [False, True] and native.enabled is before
+    with native.switched(False):  # a record that does not say: as ATTENTION_NATIVE_KERNELS says
+        reproduce.reproduce(TINY_BASE, steps=10)
+    assert seen == [False, True, False]
+
+
+def test_records_say_whether_the_native_kernels_drew_their_dropout_masks():
+    from ablations.provenance import hardware
+    from lightning_modules import native
+
+    assert hardware()["native_kernels"] is native.available()
     with native.switched(False):
-        comparison, _ = reproduce.reproduce(TINY_BASE, steps=20)
+        assert hardware()["native_kernels"] is False
+
+
+@pytest.mark.slow
+def test_the_tiny_records_replay_bit_for_bit_with_torch_s_dropout(tmp_path):
+    """The tiny records were trained before the native dropout noise (207d384), with torch's dropout: a copy that
+    says so (`native_kernels: false`) is retrained to the last digit, its dropout masks drawn again."""
+    comparison, _ = reproduce.reproduce(with_native_kernels(TINY_BASE, tmp_path / "record", False), steps=20)
     assert comparison.verdict == "identical", comparison
