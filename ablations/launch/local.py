@@ -642,7 +642,8 @@ def run_sweep(
         if taken:
             print(
                 f"{len(taken)} run(s) are published under {published}/records/ (done there, not retrained; "
-                "--no-reuse trains them)",
+                "--no-reuse trains them; `ablate reproduce RECORD` checks that this code and machine train one "
+                "as recorded)",
                 file=notes,
                 flush=True,
             )
