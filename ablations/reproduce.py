@@ -11,8 +11,8 @@ The native kernels draw the dropout masks on CPU: the retrained run has them on 
 `native_kernels` says (records from 4 December 2026 on), else as ATTENTION_NATIVE_KERNELS says.
 
 The verdict: `identical` (every compared loss equal to all printed digits); `same run` (each within `--rtol`,
-relative: the fp32 kernels of another CPU or torch build round differently, and rounding grows step by step, about
-1e-7 after 19 steps and 1e-4 after 239 between two AMD EPYC machines); `differs` (a loss further off: other data,
+relative: the kernels of another CPU or torch build round differently, and the rounding grows step by step; the
+README gives measured drifts); `differs` (a loss further off: other data,
 initialisation or training code), which exits 1.
 """
 
