@@ -75,14 +75,13 @@ def retrain(config: Any, steps: int, threads: Optional[int], workdir: Path) -> l
     """Train `config` as `ablate train` does, stopping after `steps` steps; the training loss it logged."""
     import lightning.pytorch as pl
     import torch
-    from lightning.pytorch.loggers import CSVLogger
 
     from lightning_modules.config import batch_plan
     from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID
     from lightning_modules.module import TranslationModule
 
     from .report.collect import read_curves
-    from .train import fit_trainer, make_data
+    from .train import csv_logger, fit_trainer, make_data
 
     class StopAfter(pl.Callback):
         def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
@@ -96,13 +95,21 @@ def retrain(config: Any, steps: int, threads: Optional[int], workdir: Path) -> l
         pl.seed_everything(config.seed, workers=True, verbose=False)
         data = make_data(config)
         module = TranslationModule(config, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
-        logger = CSVLogger(save_dir=str(workdir), name="logs", version="attempt-1", flush_logs_every_n_steps=1)
         plan = batch_plan(config.data, 1)
-        trainer = fit_trainer(config, workdir, [logger], [StopAfter()], False, plan, "cpu")
+        trainer = fit_trainer(config, workdir, [csv_logger(workdir, 1)], [StopAfter()], False, plan, "cpu")
         trainer.fit(module, datamodule=data)
     finally:
         torch.set_num_threads(previous_threads)
     return [(step, value) for step, value in read_curves(workdir)[LOSS_KEY] if step < steps]
+
+
+def replays_native_kernels(metrics: dict) -> bool:
+    """Whether the retrained run turns the native kernels on: as the record's `native_kernels` says, else (records
+    before 4 December 2026) as ATTENTION_NATIVE_KERNELS says."""
+    from lightning_modules import native
+
+    recorded = metrics.get("native_kernels")
+    return native.enabled if recorded is None else bool(recorded)
 
 
 def reproduce(record: Path, steps: int = DEFAULT_STEPS, rtol: float = DEFAULT_RTOL) -> tuple[Comparison, dict]:
@@ -127,9 +134,8 @@ def reproduce(record: Path, steps: int = DEFAULT_STEPS, rtol: float = DEFAULT_RT
             "reproduce replays single-device runs only"
         )
     recorded = recorded_loss(record, steps)
-    kernels = metrics.get("native_kernels")
     with (
-        native.switched(bool(kernels) if kernels is not None else native.enabled),
+        native.switched(replays_native_kernels(metrics)),
         tempfile.TemporaryDirectory(prefix="ablate-reproduce-") as workdir,
     ):
         reproduced = retrain(config, steps, metrics.get("torch_threads"), Path(workdir))
@@ -144,7 +150,7 @@ def cmd_reproduce(args: Any) -> int:
     comparison, metrics = reproduce(Path(args.record), args.steps, args.rtol)
     here = hardware()
     recorded = metrics.get("native_kernels")
-    replayed = native.available() if recorded is None else bool(recorded) and native.library() is not None
+    replayed = replays_native_kernels(metrics) and native.library() is not None
     said = {True: "on", False: "off", None: "not recorded"}
     print(
         f"record: {args.record} (commit {metrics.get('commit')}, {metrics.get('cpu_model')}, "

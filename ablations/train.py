@@ -236,13 +236,17 @@ def finish_wandb(failed: bool) -> None:
         wandb.finish(exit_code=1 if failed else 0)
 
 
+def csv_logger(run_dir: Path, attempt: int) -> CSVLogger:
+    """`<run>/logs/attempt-N/metrics.csv`, the curve records publish and `read_curves` reads.
+
+    A new CSV folder per attempt: resuming into the same folder would delete the earlier rows. Every row is written
+    as it is logged (Lightning's default keeps 100 in memory), so a killed run loses none that its last checkpoint
+    covers."""
+    return CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}", flush_logs_every_n_steps=1)
+
+
 def make_loggers(run_dir: Path, config: RunConfig, meta: dict[str, Any], attempt: int) -> list:
-    # A new CSV folder per attempt: resuming into the same folder would delete the earlier rows. Every row is
-    # written as it is logged (Lightning's default keeps 100 in memory), so a killed run loses none that its last
-    # checkpoint covers.
-    loggers: list = [
-        CSVLogger(save_dir=str(run_dir), name="logs", version=f"attempt-{attempt}", flush_logs_every_n_steps=1)
-    ]
+    loggers: list = [csv_logger(run_dir, attempt)]
     mode = os.environ.get("WANDB_MODE", "offline")
     if mode != "disabled":
         from .tracking import wandb_logger
