@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
@@ -17,6 +18,8 @@ from ablations.report.stats import (
     paired_delta,
     paper_effect,
     rank_correlation,
+    t_test_power,
+    tost_miss,
     tost_p,
 )
 from ablations.sweep import load_sweep
@@ -153,3 +156,57 @@ def test_rank_correlation_is_spearmans_rho_over_shared_rows():
     assert rank_correlation(ours, paper) == pytest.approx(1.0)
     assert rank_correlation({"A": 1.0, "B": 2.0}, paper) is None
     assert math.isclose(rank_correlation({"A": 3.0, "B": 2.0, "C": 1.0}, paper), -0.5)
+
+
+def test_t_test_power_is_g_powers_textbook_figure_and_the_plan_is_the_fewest_seeds_with_80_percent():
+    # G*Power, one-sample t-test, d = 0.5, two-sided 5 %: 34 for power 0.80 (actual 0.8078); 33 falls short.
+    assert t_test_power(0.5, 1.0, 34, 0.05) == pytest.approx(0.8078, abs=5e-4)
+    assert t_test_power(0.5, 1.0, 33, 0.05) < 0.8
+    seeds = [0, 1, 2]
+    row, base = {0: 0.6, 1: 1.2, 2: 0.3}, dict.fromkeys(seeds, 0.0)  # mean 0.7, sd 0.458: d 1.53
+    (judgement,) = judge([_evidence("B2", PaperEffect(-0.4, 0.09), [0, 0, 0], [0.6, 1.2, 0.3])], 5.0).values()
+    plan = judgement.plan
+    assert judgement.verdict == "unresolved" and plan.towards == "differs" and plan.alpha == pytest.approx(0.05)
+    delta = paired_delta(row, base)
+    assert (
+        t_test_power(delta.mean, delta.sd, plan.seeds, 0.05)
+        >= 0.8
+        > t_test_power(delta.mean, delta.sd, plan.seeds - 1, 0.05)
+    )
+    assert plan.seeds == 6
+
+
+def test_tost_power_bound_holds_against_simulated_experiments():
+    rng = np.random.default_rng(0)
+    mean, sd, margin, n = 0.1, 0.4, 0.5, 8
+    samples = rng.normal(mean, sd, size=(20000, n))
+    m, se = samples.mean(axis=1), samples.std(axis=1, ddof=1) / math.sqrt(n)
+    critical = scipy_stats.t.ppf(0.95, n - 1)
+    passed = ((m + margin) / se > critical) & ((margin - m) / se > critical)
+    bound = 1 - tost_miss(mean, sd, margin, n, 0.05)
+    assert bound <= passed.mean() + 0.01 and passed.mean() - bound < 0.05  # a bound, and a close one
+
+
+def test_unresolved_rows_get_a_seed_plan_towards_the_side_their_mean_lies_on():
+    c1 = PaperEffect(delta_bleu=-2.1, delta_ppl=1.19)  # the paper: PPL rises
+    rows = [
+        _evidence("C1", c1, [-3, -2.5, -3.2, -2.8], [0.8, 0.9, 1.0, 0.85]),  # resolved: agrees, no plan
+        _evidence("A1", PaperEffect(-0.9, 0.37), [0, 0, 0], [-0.03, -0.01, -0.02]),  # PPL falls: towards disagrees
+        _evidence("C4", c1, [0], [0.4]),  # one seed: nothing to plan from
+        _evidence("E", PaperEffect(-0.1, 0.0), [0.3, -0.4, 0.2], [0.02, -0.05, 0.01]),  # within margins
+        _evidence("A3", PaperEffect(0.0, -0.01), [2, -2, 1.5], [0.3, -0.3, 0.2]),  # BLEU outside its margin
+    ]
+    verdicts = judge(rows, base_ppl=5.0)
+    assert verdicts["C1"].verdict == "agrees" and verdicts["C1"].plan is None
+    assert verdicts["A1"].plan.towards == "disagrees"
+    assert verdicts["A1"].plan.alpha == pytest.approx(0.05 / 2)  # A1 and C4 still open in a family of 3
+    assert verdicts["C4"].plan.towards == "unresolved" and verdicts["C4"].plan.seeds is None
+    assert verdicts["E"].verdict == "unresolved" and verdicts["E"].plan.towards == "equivalent"
+    bleu, ppl = (
+        paired_delta({0: 0.3, 1: -0.4, 2: 0.2}, dict.fromkeys(range(3), 0.0)),
+        paired_delta({0: 0.02, 1: -0.05, 2: 0.01}, dict.fromkeys(range(3), 0.0)),
+    )
+    seeds = verdicts["E"].plan.seeds
+    power = lambda n: 1 - tost_miss(bleu.mean, bleu.sd, 0.5, n, 0.05) - tost_miss(ppl.mean, ppl.sd, 0.1, n, 0.05)  # noqa: E731
+    assert power(seeds) >= 0.8 > power(seeds - 1)
+    assert verdicts["A3"].plan.towards == "differs"

@@ -432,6 +432,12 @@ def test_the_notes_and_the_data_name_a_run_that_never_learned_and_keep_it_in_the
     assert by_row["A1"]["seeds_not_learned"] == [1]
     assert by_row["A2"]["seeds_not_learned"] == [0]
     assert by_row["D1"]["seeds_not_learned"] == []
+    # a failed seed is no seed spread: no seeds-to-resolve figure is planned from it
+    assert by_row["A1"]["verdict"] == "unresolved"
+    assert by_row["A1"]["seeds_to_resolve"]["seeds"] is None
+    assert by_row["A1"]["seeds_to_resolve"]["why"] == "seed 1 did not learn, so its spread is not seed noise"
+    (plan,) = [note for note in table.notes if note.startswith("Seeds to resolve")]
+    assert "A1: seed 1 did not learn" in plan
 
 
 def test_no_note_when_every_run_learned(project):

@@ -19,15 +19,24 @@ Each row gets a verdict against the paper's Table 3:
   excludes 0, else `unresolved`.
 The rank correlation (Spearman) of our mean delta PPL with the paper's, over every row that has both, says
 whether the ordering holds even where single rows do not resolve.
+
+An unresolved row also gets a planning figure, not evidence (`SeedPlan`): the fewest seeds in all with which its
+test would reach 80 % power if the true per-seed difference had the mean and spread measured so far (noncentral t).
+A large effect is planned at the Holm level it would face with the rows resolved so far staying resolved (5 % / k,
+k the large-effect rows still unresolved), towards the side its mean lies on; a small one towards `equivalent` when
+both means lie within the margins (TOST, its power bounded from below by 1 - the sum of the one-sided tests' misses),
+else towards `differs` (either metric's t-test at 5 %). Measured spreads of two or three seeds are themselves rough,
+so the figure says where more seeds could pay, not what they will show.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Mapping, Optional, Sequence
+from typing import Callable, Literal, Mapping, Optional, Sequence
 
 from scipy import stats as scipy_stats
+from scipy.stats import nct
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -35,6 +44,8 @@ LARGE_BLEU = 0.5  # the paper's |delta BLEU| from which a row's effect counts as
 LARGE_PPL = 0.25  # ... and |delta PPL|
 MARGIN_BLEU = 0.5  # equivalence margins for the rows whose paper effect is small
 MARGIN_PPL_RELATIVE = 0.02  # of base's mean perplexity (about +-0.1 at the paper's 4.92)
+POWER = 0.8  # the power a SeedPlan asks of a row's test
+MOST_SEEDS_PLANNED = 100  # beyond this a SeedPlan says "more than", not a number
 
 Metric = Literal["bleu", "ppl"]
 Verdict = Literal["agrees", "disagrees", "equivalent", "differs", "unresolved"]
@@ -53,6 +64,14 @@ class PairedDelta:
     @property
     def excludes_zero(self) -> bool:
         return self.ci is not None and (self.ci[0] > 0 or self.ci[1] < 0)
+
+    @property
+    def sd(self) -> Optional[float]:
+        """The sample standard deviation of the per-seed differences (from the interval's half-width)."""
+        if self.ci is None or self.mean is None:
+            return None
+        n = len(self.seeds)
+        return (self.ci[1] - self.mean) / scipy_stats.t.ppf(1 - ALPHA / 2, n - 1) * math.sqrt(n)
 
 
 def paired_delta(row: Mapping[int, float], base: Mapping[int, float]) -> PairedDelta:
@@ -83,8 +102,7 @@ def tost_p(delta: PairedDelta, margin: float) -> Optional[float]:
     if delta.ci is None or delta.mean is None:
         return None
     n = len(delta.seeds)
-    half = delta.ci[1] - delta.mean
-    se = half / scipy_stats.t.ppf(1 - ALPHA / 2, n - 1)
+    se = delta.sd / math.sqrt(n)
     if se == 0:
         return 0.0 if abs(delta.mean) < margin else 1.0
     lower = scipy_stats.t.sf((delta.mean + margin) / se, n - 1)  # H0: diff <= -margin
@@ -149,11 +167,75 @@ class RowEvidence:
 
 
 @dataclass(frozen=True)
+class SeedPlan:
+    """How many seeds an unresolved row would take to resolve, were its measured mean and spread the truth."""
+
+    towards: Verdict  # the verdict its measured means point to; "unresolved": no spread (one seed) or no side yet
+    seeds: Optional[int]  # the fewest seeds in all with POWER; None: more than MOST_SEEDS_PLANNED, or nothing to plan
+    alpha: float  # the level its test is planned at
+
+
+@dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
     judged_on: Optional[Metric]  # large effects: the metric judged; small ones: None (both)
     p_holm: Optional[float] = None  # large effects: the Holm-adjusted p of the judged metric
     p_equivalence: Optional[float] = None  # small effects: the larger TOST p of the two metrics
+    plan: Optional[SeedPlan] = None  # unresolved rows only
+
+
+def t_test_power(mean: float, sd: float, n: int, alpha: float) -> float:
+    """Power of the two-sided one-sample t-test at level alpha with n seeds, for true differences ~ (mean, sd)."""
+    df, shift = n - 1, mean / sd * math.sqrt(n)
+    critical = scipy_stats.t.ppf(1 - alpha / 2, df)
+    return float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift))
+
+
+def tost_miss(mean: float, sd: float, margin: float, n: int, alpha: float) -> float:
+    """The summed chances that either one-sided test of TOST fails with n seeds: 1 - this bounds its power below."""
+    df, se = n - 1, sd / math.sqrt(n)
+    critical = scipy_stats.t.ppf(1 - alpha, df)
+    return float(nct.cdf(critical, df, (mean + margin) / se) + nct.cdf(critical, df, (margin - mean) / se))
+
+
+def fewest_seeds(power: Callable[[int], float], measured: int) -> Optional[int]:
+    """The fewest seeds, more than those measured, at which power(n) reaches POWER; None beyond MOST_SEEDS_PLANNED."""
+    return next((n for n in range(max(measured + 1, 2), MOST_SEEDS_PLANNED + 1) if power(n) >= POWER), None)
+
+
+def plan_large(delta: PairedDelta, paper_direction: int, alpha: float) -> SeedPlan:
+    """Seeds for a large effect's paired t-test at level alpha (its Holm level), towards the side its mean lies on."""
+    if delta.sd is None or delta.mean is None or delta.mean == 0:
+        return SeedPlan("unresolved", None, alpha)
+    towards: Verdict = "agrees" if (delta.mean > 0) == (paper_direction > 0) else "disagrees"
+    if delta.sd == 0:
+        return SeedPlan(towards, None, alpha)
+    seeds = fewest_seeds(lambda n: t_test_power(delta.mean, delta.sd, n, alpha), len(delta.seeds))
+    return SeedPlan(towards, seeds, alpha)
+
+
+def plan_small(bleu: PairedDelta, ppl: PairedDelta, margin_ppl: Optional[float]) -> SeedPlan:
+    """Seeds for a small effect: towards `equivalent` (TOST on both metrics) when both means lie within their
+    margins, else towards `differs` (the metric whose t-test needs fewer)."""
+    if bleu.sd is None or ppl.sd is None or margin_ppl is None:
+        return SeedPlan("unresolved", None, ALPHA)
+    measured = len(bleu.seeds)
+    metrics = ((bleu, MARGIN_BLEU), (ppl, margin_ppl))
+    if all(abs(delta.mean) < margin for delta, margin in metrics):
+        if any(delta.sd == 0 for delta, _ in metrics):
+            return SeedPlan("equivalent", None, ALPHA)
+        seeds = fewest_seeds(
+            lambda n: 1 - sum(tost_miss(delta.mean, delta.sd, margin, n, ALPHA) for delta, margin in metrics),
+            measured,
+        )
+        return SeedPlan("equivalent", seeds, ALPHA)
+    candidates = [
+        fewest_seeds(lambda n, delta=delta: t_test_power(delta.mean, delta.sd, n, ALPHA), measured)
+        for delta, _ in metrics
+        if delta.mean and delta.sd
+    ]
+    found = [seeds for seeds in candidates if seeds is not None]
+    return SeedPlan("differs", min(found) if found else None, ALPHA)
 
 
 def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, Judgement]:
@@ -166,6 +248,8 @@ def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, J
     large = {r.row_id: r for r in rows if r.paper is not None and r.paper.large}
     family = {row_id: getattr(r, r.paper.judged_on).p_value for row_id, r in large.items()}
     adjusted = holm({row_id: 1.0 if p is None else p for row_id, p in family.items()})
+    # The Holm level an unresolved large row would face if the rows resolved so far stay resolved.
+    open_level = ALPHA / max(1, sum(1 for row_id in large if adjusted[row_id] >= ALPHA))
     out: dict[str, Judgement] = {}
     for r in rows:
         if r.paper is None or not (r.bleu.seeds or r.ppl.seeds):
@@ -177,10 +261,12 @@ def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, J
             verdict: Verdict = "unresolved"
             if p is not None and p < ALPHA and delta.mean:
                 verdict = "agrees" if (delta.mean > 0) == (r.paper.direction(metric) > 0) else "disagrees"
-            out[r.row_id] = Judgement(verdict, metric, p_holm=p)
+            plan = plan_large(delta, r.paper.direction(metric), open_level) if verdict == "unresolved" else None
+            out[r.row_id] = Judgement(verdict, metric, p_holm=p, plan=plan)
             continue
         verdict, p_equivalence = equivalence(r.bleu, r.ppl, base_ppl)
-        out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence)
+        plan = plan_small(r.bleu, r.ppl, ppl_margin(base_ppl)) if verdict == "unresolved" else None
+        out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence, plan=plan)
     return out
 
 
@@ -188,7 +274,7 @@ def equivalence(bleu: PairedDelta, ppl: PairedDelta, reference_ppl: Optional[flo
     """A difference with no expected side: `equivalent` when TOST passes for BLEU (+-MARGIN_BLEU) and PPL
     (+-MARGIN_PPL_RELATIVE of the reference's perplexity), else `differs` when either interval excludes 0, else
     `unresolved`; with the larger of the two TOST p-values."""
-    margin_ppl = None if reference_ppl is None else MARGIN_PPL_RELATIVE * reference_ppl
+    margin_ppl = ppl_margin(reference_ppl)
     p_eq = [tost_p(bleu, MARGIN_BLEU), None if margin_ppl is None else tost_p(ppl, margin_ppl)]
     p_equivalence = None if None in p_eq else max(p_eq)
     if p_equivalence is not None and p_equivalence < ALPHA:
@@ -196,6 +282,11 @@ def equivalence(bleu: PairedDelta, ppl: PairedDelta, reference_ppl: Optional[flo
     if bleu.excludes_zero or ppl.excludes_zero:
         return "differs", p_equivalence
     return "unresolved", p_equivalence
+
+
+def ppl_margin(reference_ppl: Optional[float]) -> Optional[float]:
+    """The equivalence margin for perplexity: MARGIN_PPL_RELATIVE of the reference row's mean."""
+    return None if reference_ppl is None else MARGIN_PPL_RELATIVE * reference_ppl
 
 
 def rank_correlation(ours: Mapping[str, Optional[float]], paper: Mapping[str, Optional[float]]) -> Optional[float]:

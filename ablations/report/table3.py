@@ -43,6 +43,8 @@ from .stats import (
     LARGE_PPL,
     MARGIN_BLEU,
     MARGIN_PPL_RELATIVE,
+    MOST_SEEDS_PLANNED,
+    POWER,
     VERDICTS,
     PairedDelta,
     RowEvidence,
@@ -352,6 +354,29 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
     return lines + missing
 
 
+def seed_plan_line(results: Sequence[RowResult]) -> Optional[str]:
+    """How many seeds each unresolved row would take to resolve (stats.SeedPlan): where more seeds could pay."""
+    planned = []
+    for result in results:
+        plan = seeds_to_resolve(result)
+        if plan is None:
+            continue
+        if plan["why"]:
+            planned.append(f"{result.row.id}: {plan['why']}")
+            continue
+        count = plan["seeds"] if plan["seeds"] is not None else f"more than {MOST_SEEDS_PLANNED}"
+        planned.append(f"{result.row.id} {count} (towards {plan['towards']}, at {100 * plan['alpha']:.3g} %)")
+    if not planned:
+        return None
+    return (
+        f"Seeds to resolve, a planning figure and not evidence: the fewest seeds in all with which an unresolved "
+        f"row's test would reach {100 * POWER:g} % power were its measured mean and spread of the per-seed "
+        "differences the truth (rough on few seeds); large effects at the Holm level they would face with the rows "
+        "resolved so far staying so, small ones towards equivalent where both means lie within the margins (a lower "
+        f"bound on TOST's power), else towards differs: {'; '.join(planned)}."
+    )
+
+
 def narrow_heads(results: Sequence[RowResult]) -> Optional[str]:
     """Rows whose heads this scale makes narrower than 4 dimensions: they test tiny heads, not the paper's knob."""
     narrow = []
@@ -389,6 +414,8 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         f"(±{100 * MARGIN_PPL_RELATIVE:g} % of {base.id}'s), differs when either interval excludes 0; else unresolved.",
     ]
     lines += verdict_lines
+    plan = seed_plan_line(results)
+    lines += [plan] if plan else []
     plateau = plateau_line(base_result)
     earlier = earlier_line(base_result, results)
     heads = narrow_heads(results)
@@ -591,6 +618,28 @@ def interval_numbers(delta: Optional[PairedDelta]) -> list[str]:
     return [csv_number(delta.ci[0]), csv_number(delta.ci[1])]
 
 
+def seeds_to_resolve(result: RowResult) -> Optional[dict[str, Any]]:
+    """An unresolved row's SeedPlan as the table and its JSON state it; `why` says when there is nothing to plan
+    from (seeds null), `seeds` is null too when more than MOST_SEEDS_PLANNED would be needed."""
+    plan = result.judgement and result.judgement.plan
+    if not plan:
+        return None
+    stalled = sorted(run.spec.seed for run in not_learned(result))
+    why = None
+    if stalled:
+        # A seed that never learned spreads the row by a failure, not by seed noise: no spread to plan from.
+        why = f"seed{'s' if len(stalled) > 1 else ''} {', '.join(map(str, stalled))} did not learn, so its spread is not seed noise"
+    elif plan.towards == "unresolved":
+        why = "one seed gives no spread" if len(result.evidence.bleu.seeds) < 2 else "its mean difference is 0"
+    return {
+        "seeds": None if why else plan.seeds,
+        "towards": plan.towards,
+        "alpha": plan.alpha,
+        "power": POWER,
+        "why": why,
+    }
+
+
 def row_statistics(table: Table) -> list[dict[str, Any]]:
     """Per row, the evidence behind its verdict: what results/<sweep>_<scale>.json carries as `statistics`."""
     out = []
@@ -611,6 +660,7 @@ def row_statistics(table: Table) -> list[dict[str, Any]]:
                 "delta_ppl_ci": None if result.evidence.ppl.ci is None else list(result.evidence.ppl.ci),
                 "seeds": list(result.evidence.bleu.seeds),
                 "seeds_not_learned": sorted(run.spec.seed for run in not_learned(result)),
+                "seeds_to_resolve": seeds_to_resolve(result),
             }
         )
     return out
