@@ -26,7 +26,8 @@ A large effect is planned at the Holm level it would face with the rows resolved
 k the large-effect rows still unresolved), towards the side its mean lies on; a small one towards `equivalent` when
 both means lie within the margins (TOST, its power bounded from below by 1 - the sum of the one-sided tests' misses),
 else towards `differs` (either metric's t-test at 5 %). Measured spreads of two or three seeds are themselves rough,
-so the figure says where more seeds could pay, not what they will show.
+so the figure says where more seeds could pay, not what they will show. It is for fixing a seed count before
+training: adding seeds one at a time until a test passes would inflate its error rate (optional stopping).
 """
 
 from __future__ import annotations

@@ -373,7 +373,9 @@ def seed_plan_line(results: Sequence[RowResult]) -> Optional[str]:
         f"row's test would reach {100 * POWER:g} % power were its measured mean and spread of the per-seed "
         "differences the truth (rough on few seeds); large effects at the Holm level they would face with the rows "
         "resolved so far staying so, small ones towards equivalent where both means lie within the margins (a lower "
-        f"bound on TOST's power), else towards differs: {'; '.join(planned)}."
+        f"bound on TOST's power), else towards differs: {'; '.join(planned)}. Fix a row's seed count before "
+        "training its new seeds and judge it on all of them: adding seeds until the test passes inflates its error "
+        "rate (optional stopping)."
     )
 
 
