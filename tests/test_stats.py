@@ -201,6 +201,7 @@ def test_unresolved_rows_get_a_seed_plan_towards_the_side_their_mean_lies_on():
     assert verdicts["A1"].plan.towards == "disagrees"
     assert verdicts["A1"].plan.alpha == pytest.approx(0.05 / 2)  # A1 and C4 still open in a family of 3
     assert verdicts["C4"].plan.towards == "unresolved" and verdicts["C4"].plan.seeds is None
+    assert verdicts["C4"].plan.why == "one seed gives no spread"
     assert verdicts["E"].verdict == "unresolved" and verdicts["E"].plan.towards == "equivalent"
     bleu, ppl = (
         paired_delta({0: 0.3, 1: -0.4, 2: 0.2}, dict.fromkeys(range(3), 0.0)),

@@ -171,9 +171,10 @@ class RowEvidence:
 class SeedPlan:
     """How many seeds an unresolved row would take to resolve, were its measured mean and spread the truth."""
 
-    towards: Verdict  # the verdict its measured means point to; "unresolved": no spread (one seed) or no side yet
-    seeds: Optional[int]  # the fewest seeds in all with POWER; None: more than MOST_SEEDS_PLANNED, or nothing to plan
+    towards: Verdict  # the verdict its measured means point to ("unresolved" when they point nowhere yet)
+    seeds: Optional[int]  # the fewest seeds in all with POWER; None: more than MOST_SEEDS_PLANNED, or `why`
     alpha: float  # the level its test is planned at
+    why: Optional[str] = None  # why there is nothing to plan from
 
 
 @dataclass(frozen=True)
@@ -206,11 +207,13 @@ def fewest_seeds(power: Callable[[int], float], measured: int) -> Optional[int]:
 
 def plan_large(delta: PairedDelta, paper_direction: int, alpha: float) -> SeedPlan:
     """Seeds for a large effect's paired t-test at level alpha (its Holm level), towards the side its mean lies on."""
-    if delta.sd is None or delta.mean is None or delta.mean == 0:
-        return SeedPlan("unresolved", None, alpha)
+    if delta.sd is None or delta.mean is None:
+        return SeedPlan("unresolved", None, alpha, why="one seed gives no spread")
+    if delta.mean == 0:
+        return SeedPlan("unresolved", None, alpha, why="its mean difference is 0")
     towards: Verdict = "agrees" if (delta.mean > 0) == (paper_direction > 0) else "disagrees"
     if delta.sd == 0:
-        return SeedPlan(towards, None, alpha)
+        return SeedPlan(towards, None, alpha, why="its seeds' differences are identical, no spread to plan from")
     seeds = fewest_seeds(lambda n: t_test_power(delta.mean, delta.sd, n, alpha), len(delta.seeds))
     return SeedPlan(towards, seeds, alpha)
 
@@ -218,13 +221,16 @@ def plan_large(delta: PairedDelta, paper_direction: int, alpha: float) -> SeedPl
 def plan_small(bleu: PairedDelta, ppl: PairedDelta, margin_ppl: Optional[float]) -> SeedPlan:
     """Seeds for a small effect: towards `equivalent` (TOST on both metrics) when both means lie within their
     margins, else towards `differs` (the metric whose t-test needs fewer)."""
-    if bleu.sd is None or ppl.sd is None or margin_ppl is None:
-        return SeedPlan("unresolved", None, ALPHA)
+    if bleu.sd is None or ppl.sd is None:
+        return SeedPlan("unresolved", None, ALPHA, why="one seed gives no spread")
+    if margin_ppl is None:
+        return SeedPlan("unresolved", None, ALPHA, why="no base perplexity for the equivalence margin")
     measured = len(bleu.seeds)
     metrics = ((bleu, MARGIN_BLEU), (ppl, margin_ppl))
     if all(abs(delta.mean) < margin for delta, margin in metrics):
         if any(delta.sd == 0 for delta, _ in metrics):
-            return SeedPlan("equivalent", None, ALPHA)
+            why = "its seeds' differences are identical, no spread to plan from"
+            return SeedPlan("equivalent", None, ALPHA, why=why)
         seeds = fewest_seeds(
             lambda n: 1 - sum(tost_miss(delta.mean, delta.sd, margin, n, ALPHA) for delta, margin in metrics),
             measured,

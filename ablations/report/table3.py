@@ -627,12 +627,10 @@ def seeds_to_resolve(result: RowResult) -> Optional[dict[str, Any]]:
     if not plan:
         return None
     stalled = sorted(run.spec.seed for run in not_learned(result))
-    why = None
+    why = plan.why
     if stalled:
         # A seed that never learned spreads the row by a failure, not by seed noise: no spread to plan from.
         why = f"seed{'s' if len(stalled) > 1 else ''} {', '.join(map(str, stalled))} did not learn, so its spread is not seed noise"
-    elif plan.towards == "unresolved":
-        why = "one seed gives no spread" if len(result.evidence.bleu.seeds) < 2 else "its mean difference is 0"
     return {
         "seeds": None if why else plan.seeds,
         "towards": plan.towards,
