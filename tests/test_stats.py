@@ -117,6 +117,17 @@ def test_verdicts_for_agreeing_disagreeing_equivalent_differing_and_unresolved_r
     }
     assert verdicts["C1"].judged_on == "ppl" and verdicts["C1"].p_holm < 0.05
     assert verdicts["E"].p_equivalence < 0.05
+    assert verdicts["A2"].within_margin is False  # BLEU about -1, twice its margin
+    assert verdicts["C1"].within_margin is None and verdicts["A3"].within_margin is None  # only `differs` rows
+
+
+def test_a_difference_inside_the_equivalence_margin_is_flagged_within_margin():
+    # PPL differs by about 0.02 with a tight interval, inside +-2 % of 5.0; BLEU too wide for equivalence
+    row = _evidence("A4", PaperEffect(-0.4, 0.09), [2, -2, 1.5, -1], [0.02, 0.03, 0.025, 0.022])
+    (judgement,) = judge([row], base_ppl=5.0).values()
+    assert judgement.verdict == "differs" and judgement.within_margin is True
+    (wider,) = judge([row], base_ppl=1.0).values()  # margin 0.02: the interval reaches past it
+    assert wider.verdict == "differs" and wider.within_margin is False
 
 
 def test_holm_can_leave_a_row_unresolved_that_alone_would_pass():

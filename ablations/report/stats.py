@@ -184,6 +184,9 @@ class Judgement:
     p_holm: Optional[float] = None  # large effects: the Holm-adjusted p of the judged metric
     p_equivalence: Optional[float] = None  # small effects: the larger TOST p of the two metrics
     plan: Optional[SeedPlan] = None  # unresolved rows only
+    # `differs` rows: True when every interval that excludes 0 lies inside its equivalence margin (detectable, and
+    # smaller than the table's margins call relevant)
+    within_margin: Optional[bool] = None
 
 
 def t_test_power(mean: float, sd: float, n: int, alpha: float) -> float:
@@ -273,7 +276,8 @@ def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, J
             continue
         verdict, p_equivalence = equivalence(r.bleu, r.ppl, base_ppl)
         plan = plan_small(r.bleu, r.ppl, ppl_margin(base_ppl)) if verdict == "unresolved" else None
-        out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence, plan=plan)
+        within = differs_within_margin(r.bleu, r.ppl, ppl_margin(base_ppl)) if verdict == "differs" else None
+        out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence, plan=plan, within_margin=within)
     return out
 
 
@@ -289,6 +293,14 @@ def equivalence(bleu: PairedDelta, ppl: PairedDelta, reference_ppl: Optional[flo
     if bleu.excludes_zero or ppl.excludes_zero:
         return "differs", p_equivalence
     return "unresolved", p_equivalence
+
+
+def differs_within_margin(bleu: PairedDelta, ppl: PairedDelta, margin_ppl: Optional[float]) -> Optional[bool]:
+    """Whether every interval that excludes 0 lies wholly inside its margin (None without a PPL margin)."""
+    if margin_ppl is None:
+        return None
+    differing = [(d, m) for d, m in ((bleu, MARGIN_BLEU), (ppl, margin_ppl)) if d.excludes_zero]
+    return bool(differing) and all(-m < d.ci[0] and d.ci[1] < m for d, m in differing)
 
 
 def ppl_margin(reference_ppl: Optional[float]) -> Optional[float]:

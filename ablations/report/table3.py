@@ -51,6 +51,7 @@ from .stats import (
     judge,
     paired_delta,
     paper_effect,
+    ppl_margin,
     rank_correlation,
 )
 
@@ -354,6 +355,30 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
     return lines + missing
 
 
+def within_margin_line(results: Sequence[RowResult], base: RowResult) -> Optional[str]:
+    """The rows that differ from base by less than the equivalence margins: a detectable, negligible difference."""
+    margin_ppl = ppl_margin(base.mean("dev_ppl"))
+    named = []
+    for result in results:
+        if not (result.judgement and result.judgement.within_margin):
+            continue
+        parts = [
+            f"{label} [{delta.ci[0]:+.2g}, {delta.ci[1]:+.2g}] within ±{margin:.2g}"
+            for label, delta, margin in (
+                ("BLEU", result.evidence.bleu, MARGIN_BLEU),
+                ("PPL", result.evidence.ppl, margin_ppl),
+            )
+            if delta.excludes_zero
+        ]
+        named.append(f"{result.row.id} ({'; '.join(parts)})")
+    if not named:
+        return None
+    return (
+        "Differs by less than the equivalence margins (detectable, and smaller than the table calls relevant; it is not "
+        f"equivalent because the other metric's interval is too wide): {', '.join(named)}."
+    )
+
+
 def seed_plan_line(results: Sequence[RowResult]) -> Optional[str]:
     """How many seeds each unresolved row would take to resolve (stats.SeedPlan): where more seeds could pay."""
     planned = []
@@ -416,8 +441,9 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         f"(±{100 * MARGIN_PPL_RELATIVE:g} % of {base.id}'s), differs when either interval excludes 0; else unresolved.",
     ]
     lines += verdict_lines
+    within = within_margin_line(results, base_result)
     plan = seed_plan_line(results)
-    lines += [plan] if plan else []
+    lines += [line for line in (within, plan) if line]
     plateau = plateau_line(base_result)
     earlier = earlier_line(base_result, results)
     heads = narrow_heads(results)
@@ -661,6 +687,7 @@ def row_statistics(table: Table) -> list[dict[str, Any]]:
                 "seeds": list(result.evidence.bleu.seeds),
                 "seeds_not_learned": sorted(run.spec.seed for run in not_learned(result)),
                 "seeds_to_resolve": seeds_to_resolve(result),
+                "differs_within_margin": None if judgement is None else judgement.within_margin,
             }
         )
     return out
