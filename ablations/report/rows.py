@@ -1,5 +1,5 @@
 """A row of a sweep's table as data: its runs, the mean ± std of each measure over the done seeds, and (set by
-table3.with_verdicts) its seed-paired evidence against base and its verdict against the paper."""
+verdicts.with_verdicts) its seed-paired evidence against base and its verdict against the paper."""
 
 from __future__ import annotations
 
