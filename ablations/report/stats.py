@@ -217,7 +217,8 @@ def plan_large(delta: PairedDelta, paper_direction: int, alpha: float) -> SeedPl
     towards: Verdict = "agrees" if (delta.mean > 0) == (paper_direction > 0) else "disagrees"
     if delta.sd == 0:
         return SeedPlan(towards, None, alpha, why="its seeds' differences are identical, no spread to plan from")
-    seeds = fewest_seeds(lambda n: t_test_power(delta.mean, delta.sd, n, alpha), len(delta.seeds))
+    mean, sd = delta.mean, delta.sd  # sd is derived from the interval: read it once, not once per n tried
+    seeds = fewest_seeds(lambda n: t_test_power(mean, sd, n, alpha), len(delta.seeds))
     return SeedPlan(towards, seeds, alpha)
 
 
@@ -229,20 +230,19 @@ def plan_small(bleu: PairedDelta, ppl: PairedDelta, margin_ppl: Optional[float])
     if margin_ppl is None:
         return SeedPlan("unresolved", None, ALPHA, why="no base perplexity for the equivalence margin")
     measured = len(bleu.seeds)
-    metrics = ((bleu, MARGIN_BLEU), (ppl, margin_ppl))
-    if all(abs(delta.mean) < margin for delta, margin in metrics):
-        if any(delta.sd == 0 for delta, _ in metrics):
+    metrics = ((bleu.mean, bleu.sd, MARGIN_BLEU), (ppl.mean, ppl.sd, margin_ppl))  # (mean, sd, margin)
+    if all(abs(mean) < margin for mean, _, margin in metrics):
+        if any(sd == 0 for _, sd, _ in metrics):
             why = "its seeds' differences are identical, no spread to plan from"
             return SeedPlan("equivalent", None, ALPHA, why=why)
         seeds = fewest_seeds(
-            lambda n: 1 - sum(tost_miss(delta.mean, delta.sd, margin, n, ALPHA) for delta, margin in metrics),
-            measured,
+            lambda n: 1 - sum(tost_miss(mean, sd, margin, n, ALPHA) for mean, sd, margin in metrics), measured
         )
         return SeedPlan("equivalent", seeds, ALPHA)
     candidates = [
-        fewest_seeds(lambda n, delta=delta: t_test_power(delta.mean, delta.sd, n, ALPHA), measured)
-        for delta, _ in metrics
-        if delta.mean and delta.sd
+        fewest_seeds(lambda n, mean=mean, sd=sd: t_test_power(mean, sd, n, ALPHA), measured)
+        for mean, sd, _ in metrics
+        if mean and sd
     ]
     found = [seeds for seeds in candidates if seeds is not None]
     return SeedPlan("differs", min(found) if found else None, ALPHA)
@@ -260,6 +260,7 @@ def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, J
     adjusted = holm({row_id: 1.0 if p is None else p for row_id, p in family.items()})
     # The Holm level an unresolved large row would face if the rows resolved so far stay resolved.
     open_level = ALPHA / max(1, sum(1 for row_id in large if adjusted[row_id] >= ALPHA))
+    margin_ppl = ppl_margin(base_ppl)
     out: dict[str, Judgement] = {}
     for r in rows:
         if r.paper is None or not (r.bleu.seeds or r.ppl.seeds):
@@ -275,8 +276,8 @@ def judge(rows: Sequence[RowEvidence], base_ppl: Optional[float]) -> dict[str, J
             out[r.row_id] = Judgement(verdict, metric, p_holm=p, plan=plan)
             continue
         verdict, p_equivalence = equivalence(r.bleu, r.ppl, base_ppl)
-        plan = plan_small(r.bleu, r.ppl, ppl_margin(base_ppl)) if verdict == "unresolved" else None
-        within = differs_within_margin(r.bleu, r.ppl, ppl_margin(base_ppl)) if verdict == "differs" else None
+        plan = plan_small(r.bleu, r.ppl, margin_ppl) if verdict == "unresolved" else None
+        within = differs_within_margin(r.bleu, r.ppl, margin_ppl) if verdict == "differs" else None
         out[r.row_id] = Judgement(verdict, None, p_equivalence=p_equivalence, plan=plan, within_margin=within)
     return out
 
