@@ -4,6 +4,7 @@ Command line, in a folder holding only copies of its inputs, it comes out byte f
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -78,3 +79,82 @@ def test_the_readmes_verdicts_at_a_glance_are_the_published_tables():
         assert effect == ("large" if published["tiny (2 seeds)"][row_id]["judged_on"] else "small"), row_id
         for column, cell in zip(GLANCE, cells):
             assert cell == glance_cell(published[column].get(row_id)), (row_id, column)
+
+
+def readme_row_tables() -> list[tuple[str, list[str], list[list[str]]]]:
+    """Every per-row table of the README's results: (the published table its section names, header, body rows).
+
+    A section qualifies when its heading names `results/<stem>.md` and one of its tables has a `row` column and a
+    Δ column; the tables of the glance and of parameter counts are checked elsewhere or have no Δ.
+    """
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = []
+    for section in readme.split("\n### ")[1:]:
+        heading, _, body = section.partition("\n")
+        named = re.search(r"`results/([\w.+-]+)\.md`", heading)
+        if named is None:
+            continue
+        lines = [line for line in body.split("\n## ", 1)[0].splitlines() if line.startswith("| ")]
+        header = [cell.strip() for cell in lines[0].strip("|").split("|")] if lines else []
+        if header[:1] == ["row"] and any(cell.startswith("Δ ") for cell in header):
+            rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+            found.append((named.group(1), header, rows))
+    return found
+
+
+def delta_cell(value: float | None, interval: list[float] | None, printed: str, least_decimals: int) -> str:
+    """A Δ with its 95 % interval as the README prints it, at the precision the README chose (at least
+    `least_decimals`): `+1.1 [-2.0, +4.2]`, or `+2.1 (1 seed)` where one seed gives no interval."""
+    if value is None:
+        return ""
+    match = re.match(r"[+-]\d+\.(\d+)", printed)
+    decimals = max(least_decimals, len(match.group(1)) if match else least_decimals)
+    if interval is None:
+        return f"{value:+.{decimals}f} (1 seed)"
+    lo, hi = interval
+    return f"{value:+.{decimals}f} [{lo:+.{decimals}f}, {hi:+.{decimals}f}]"
+
+
+def measured(cell: str) -> str:
+    return "" if cell == "missing" else cell  # the README leaves a row with no finished run blank
+
+
+README_COLUMNS = {  # a README column: what it must say, from the published table's row and its statistics
+    "dev BLEU": lambda row, stats, printed: measured(row["dev_bleu"]),
+    "dev PPL": lambda row, stats, printed: measured(row["dev_ppl"]),
+    "Δ BLEU [95 % CI]": lambda row, stats, printed: delta_cell(
+        stats.get("delta_bleu"), stats.get("delta_bleu_ci"), printed, 1
+    ),
+    "Δ PPL [95 % CI]": lambda row, stats, printed: delta_cell(
+        stats.get("delta_ppl"), stats.get("delta_ppl_ci"), printed, 2
+    ),
+    "paper Δ BLEU / Δ PPL": lambda row, stats, printed: (
+        f"{row['paper_delta_bleu']} / {row['paper_delta_ppl']}" if row["paper_delta_bleu"] else ""
+    ),
+    "verdict": lambda row, stats, printed: row["verdict"],
+    "seeds": lambda row, stats, printed: row["seeds"].split(" ")[0],
+    "minutes per run": lambda row, stats, printed: row["wall_min"],
+}
+
+
+def test_the_readmes_per_row_tables_are_the_published_tables():
+    """The README's per-row results are hand-copied from the tables: every figure must be the table's, at the
+    precision printed, so that a run landing (or a table rebuilt by changed code) cannot leave the README behind."""
+    tables = readme_row_tables()
+    assert {stem for stem, _, _ in tables} >= {
+        "table3_tiny",
+        "table3_converged",
+        "table3_converged_train-precision-bf16-mixed",
+    }
+    for stem, header, rows in tables:
+        published = json.loads((RESULTS / f"{stem}.json").read_text())
+        keys = [column["key"] for column in published["columns"]]
+        table_rows = {values[keys.index("row")]: dict(zip(keys, values)) for values in published["rows"]}
+        statistics = {entry["row"]: entry for entry in published["statistics"]}
+        assert [row[0] for row in rows if row[0] != "base"] == [r for r in table_rows if r != "base"], stem
+        for cells in rows:
+            row_id = cells[0]
+            for column, printed in zip(header[1:], cells[1:]):
+                if column in README_COLUMNS:
+                    expected = README_COLUMNS[column](table_rows[row_id], statistics.get(row_id, {}), printed)
+                    assert printed == expected, (stem, row_id, column)
