@@ -81,8 +81,9 @@ def test_the_readmes_verdicts_at_a_glance_are_the_published_tables():
             assert cell == glance_cell(published[column].get(row_id)), (row_id, column)
 
 
-def readme_row_tables() -> list[tuple[str, list[str], list[list[str]]]]:
-    """Every per-row table of the README's results: (the published table its section names, header, body rows).
+def readme_row_tables() -> list[tuple[str, list[str], list[list[str]], list[str]]]:
+    """Every per-row table of the README's results: (the published table its section names, header, body rows,
+    the notes the section quotes as `> - `).
 
     A section qualifies when its heading names `results/<stem>.md` and one of its tables has a `row` column and a
     Δ column; the tables of the glance and of parameter counts are checked elsewhere or have no Δ.
@@ -94,11 +95,13 @@ def readme_row_tables() -> list[tuple[str, list[str], list[list[str]]]]:
         named = re.search(r"`results/([\w.+-]+)\.md`", heading)
         if named is None:
             continue
-        lines = [line for line in body.split("\n## ", 1)[0].splitlines() if line.startswith("| ")]
+        body = body.split("\n## ", 1)[0]
+        lines = [line for line in body.splitlines() if line.startswith("| ")]
         header = [cell.strip() for cell in lines[0].strip("|").split("|")] if lines else []
         if header[:1] == ["row"] and any(cell.startswith("Δ ") for cell in header):
             rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
-            found.append((named.group(1), header, rows))
+            quoted = [line[len("> - ") :] for line in body.splitlines() if line.startswith("> - ")]
+            found.append((named.group(1), header, rows, quoted))
     return found
 
 
@@ -141,12 +144,12 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
     """The README's per-row results are hand-copied from the tables: every figure must be the table's, at the
     precision printed, so that a run landing (or a table rebuilt by changed code) cannot leave the README behind."""
     tables = readme_row_tables()
-    assert {stem for stem, _, _ in tables} >= {
+    assert {stem for stem, *_ in tables} >= {
         "table3_tiny",
         "table3_converged",
         "table3_converged_train-precision-bf16-mixed",
     }
-    for stem, header, rows in tables:
+    for stem, header, rows, _ in tables:
         published = json.loads((RESULTS / f"{stem}.json").read_text())
         keys = [column["key"] for column in published["columns"]]
         table_rows = {values[keys.index("row")]: dict(zip(keys, values)) for values in published["rows"]}
@@ -158,3 +161,13 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
                 if column in README_COLUMNS:
                     expected = README_COLUMNS[column](table_rows[row_id], statistics.get(row_id, {}), printed)
                     assert printed == expected, (stem, row_id, column)
+
+
+def test_the_readmes_quoted_verdict_counts_are_the_published_tables_notes():
+    """Each per-row table's section quotes its table's verdict count as `> - Verdicts: ...`; every quoted line must
+    be one of the table's notes, word for word."""
+    for stem, _, _, quoted in readme_row_tables():
+        notes = json.loads((RESULTS / f"{stem}.json").read_text())["notes"]
+        assert any(line.startswith("Verdicts:") for line in quoted), f"{stem}: the README quotes no verdict count"
+        for line in quoted:
+            assert line in notes, (stem, line)
