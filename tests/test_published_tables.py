@@ -81,9 +81,9 @@ def test_the_readmes_verdicts_at_a_glance_are_the_published_tables():
             assert cell == glance_cell(published[column].get(row_id)), (row_id, column)
 
 
-def readme_row_tables() -> list[tuple[str, list[str], list[list[str]], list[str]]]:
+def readme_row_tables() -> list[tuple[str, list[str], list[list[str]], list[str], str]]:
     """Every per-row table of the README's results: (the published table its section names, header, body rows,
-    the notes the section quotes as `> - `).
+    the notes the section quotes as `> - `, the section's heading).
 
     A section qualifies when its heading names `results/<stem>.md` and one of its tables has a `row` column and a
     Δ column; the tables of the glance and of parameter counts are checked elsewhere or have no Δ.
@@ -101,7 +101,7 @@ def readme_row_tables() -> list[tuple[str, list[str], list[list[str]], list[str]
         if header[:1] == ["row"] and any(cell.startswith("Δ ") for cell in header):
             rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
             quoted = [line[len("> - ") :] for line in body.splitlines() if line.startswith("> - ")]
-            found.append((named.group(1), header, rows, quoted))
+            found.append((named.group(1), header, rows, quoted, heading))
     return found
 
 
@@ -149,7 +149,7 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
         "table3_converged",
         "table3_converged_train-precision-bf16-mixed",
     }
-    for stem, header, rows, _ in tables:
+    for stem, header, rows, *_ in tables:
         published = json.loads((RESULTS / f"{stem}.json").read_text())
         keys = [column["key"] for column in published["columns"]]
         table_rows = {values[keys.index("row")]: dict(zip(keys, values)) for values in published["rows"]}
@@ -166,8 +166,20 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
 def test_the_readmes_quoted_verdict_counts_are_the_published_tables_notes():
     """Each per-row table's section quotes its table's verdict count as `> - Verdicts: ...`; every quoted line must
     be one of the table's notes, word for word."""
-    for stem, _, _, quoted in readme_row_tables():
+    for stem, _, _, quoted, _ in readme_row_tables():
         notes = json.loads((RESULTS / f"{stem}.json").read_text())["notes"]
         assert any(line.startswith("Verdicts:") for line in quoted), f"{stem}: the README quotes no verdict count"
         for line in quoted:
             assert line in notes, (stem, line)
+
+
+def test_a_readme_section_calls_its_table_partial_exactly_when_runs_are_missing():
+    """A heading that says `partial: N of its M runs` must give the table's own count; a table with runs missing must
+    say partial in its heading (never a partial table without saying so)."""
+    for stem, _, _, _, heading in readme_row_tables():
+        runs = dict(json.loads((RESULTS / f"{stem}.json").read_text())["header"])["Runs"]
+        done, missing = (int(n) for n in re.match(r"(\d+) done(?:, (\d+) missing)?", runs).groups(default="0"))
+        assert ("partial" in heading) == (missing > 0), (stem, runs)
+        counted = re.search(r"partial: (\d+) of its (\d+) runs", heading)
+        if counted:
+            assert (int(counted.group(1)), int(counted.group(2))) == (done, done + missing), (stem, runs)
