@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -81,9 +82,16 @@ def test_the_readmes_verdicts_at_a_glance_are_the_published_tables():
             assert cell == glance_cell(published[column].get(row_id)), (row_id, column)
 
 
-def readme_row_tables() -> list[tuple[str, list[str], list[list[str]], list[str], str]]:
-    """Every per-row table of the README's results: (the published table its section names, header, body rows,
-    the notes the section quotes as `> - `, the section's heading).
+class ReadmeTable(NamedTuple):
+    stem: str  # the published table its section names: results/<stem>.md
+    heading: str
+    header: list[str]
+    rows: list[list[str]]
+    quoted: list[str]  # the lines the section quotes from the table's notes, as `> - `
+
+
+def readme_row_tables() -> list[ReadmeTable]:
+    """Every per-row table of the README's results.
 
     A section qualifies when its heading names `results/<stem>.md` and one of its tables has a `row` column and a
     Δ column; the tables of the glance and of parameter counts are checked elsewhere or have no Δ.
@@ -101,7 +109,7 @@ def readme_row_tables() -> list[tuple[str, list[str], list[list[str]], list[str]
         if header[:1] == ["row"] and any(cell.startswith("Δ ") for cell in header):
             rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
             quoted = [line[len("> - ") :] for line in body.splitlines() if line.startswith("> - ")]
-            found.append((named.group(1), header, rows, quoted, heading))
+            found.append(ReadmeTable(named.group(1), heading, header, rows, quoted))
     return found
 
 
@@ -144,12 +152,12 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
     """The README's per-row results are hand-copied from the tables: every figure must be the table's, at the
     precision printed, so that a run landing (or a table rebuilt by changed code) cannot leave the README behind."""
     tables = readme_row_tables()
-    assert {stem for stem, *_ in tables} >= {
+    assert {table.stem for table in tables} >= {
         "table3_tiny",
         "table3_converged",
         "table3_converged_train-precision-bf16-mixed",
     }
-    for stem, header, rows, *_ in tables:
+    for stem, _, header, rows, _ in tables:
         published = json.loads((RESULTS / f"{stem}.json").read_text())
         keys = [column["key"] for column in published["columns"]]
         table_rows = {values[keys.index("row")]: dict(zip(keys, values)) for values in published["rows"]}
@@ -166,7 +174,7 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
 def test_the_readmes_quoted_verdict_counts_are_the_published_tables_notes():
     """Each per-row table's section quotes its table's verdict count as `> - Verdicts: ...`; every quoted line must
     be one of the table's notes, word for word."""
-    for stem, _, _, quoted, _ in readme_row_tables():
+    for stem, _, _, _, quoted in readme_row_tables():
         notes = json.loads((RESULTS / f"{stem}.json").read_text())["notes"]
         assert any(line.startswith("Verdicts:") for line in quoted), f"{stem}: the README quotes no verdict count"
         for line in quoted:
@@ -176,7 +184,7 @@ def test_the_readmes_quoted_verdict_counts_are_the_published_tables_notes():
 def test_a_readme_section_calls_its_table_partial_exactly_when_runs_are_missing():
     """A heading that says `partial: N of its M runs` must give the table's own count; a table with runs missing must
     say partial in its heading (never a partial table without saying so)."""
-    for stem, _, _, _, heading in readme_row_tables():
+    for stem, heading, *_ in readme_row_tables():
         runs = dict(json.loads((RESULTS / f"{stem}.json").read_text())["header"])["Runs"]
         done, missing = (int(n) for n in re.match(r"(\d+) done(?:, (\d+) missing)?", runs).groups(default="0"))
         assert ("partial" in heading) == (missing > 0), (stem, runs)
