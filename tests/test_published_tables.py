@@ -3,6 +3,7 @@ Command line, in a folder holding only copies of its inputs, it comes out byte f
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -48,6 +49,12 @@ def test_a_published_table_rebuilds_byte_for_byte_from_the_records_alone(table, 
         assert path.read_bytes() == committed.read_bytes(), f"{path.name} differs from its rebuild"
 
 
+@functools.cache
+def published(stem: str) -> dict:
+    """results/<stem>.json, read once for all the README checks below."""
+    return json.loads((RESULTS / f"{stem}.json").read_text())
+
+
 GLANCE = {  # the README's columns of "Table 3's verdicts at a glance", each a published table
     "tiny (2 seeds)": "table3_tiny",
     "converged, bf16": "table3_converged_train-precision-bf16-mixed",
@@ -70,16 +77,13 @@ def test_the_readmes_verdicts_at_a_glance_are_the_published_tables():
     lines = [line for line in section.splitlines() if line.startswith("| ")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert header[:2] == ["row", "paper's effect"] and header[2:] == list(GLANCE)
-    published = {
-        column: {r["row"]: r for r in json.loads((RESULTS / f"{stem}.json").read_text())["statistics"]}
-        for column, stem in GLANCE.items()
-    }
+    verdicts = {column: {r["row"]: r for r in published(stem)["statistics"]} for column, stem in GLANCE.items()}
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
-    assert [row[0] for row in rows] == list(published["tiny (2 seeds)"])
+    assert [row[0] for row in rows] == list(verdicts["tiny (2 seeds)"])
     for row_id, effect, *cells in rows:
-        assert effect == ("large" if published["tiny (2 seeds)"][row_id]["judged_on"] else "small"), row_id
+        assert effect == ("large" if verdicts["tiny (2 seeds)"][row_id]["judged_on"] else "small"), row_id
         for column, cell in zip(GLANCE, cells):
-            assert cell == glance_cell(published[column].get(row_id)), (row_id, column)
+            assert cell == glance_cell(verdicts[column].get(row_id)), (row_id, column)
 
 
 class ReadmeTable(NamedTuple):
@@ -90,7 +94,8 @@ class ReadmeTable(NamedTuple):
     quoted: list[str]  # the lines the section quotes from the table's notes, as `> - `
 
 
-def readme_row_tables() -> list[ReadmeTable]:
+@functools.cache
+def readme_row_tables() -> tuple[ReadmeTable, ...]:
     """Every per-row table of the README's results.
 
     A section qualifies when its heading names `results/<stem>.md` and one of its tables has a `row` column and a
@@ -110,7 +115,7 @@ def readme_row_tables() -> list[ReadmeTable]:
             rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
             quoted = [line[len("> - ") :] for line in body.splitlines() if line.startswith("> - ")]
             found.append(ReadmeTable(named.group(1), heading, header, rows, quoted))
-    return found
+    return tuple(found)
 
 
 def delta_cell(value: float | None, interval: list[float] | None, printed: str, least_decimals: int) -> str:
@@ -158,10 +163,10 @@ def test_the_readmes_per_row_tables_are_the_published_tables():
         "table3_converged_train-precision-bf16-mixed",
     }
     for stem, _, header, rows, _ in tables:
-        published = json.loads((RESULTS / f"{stem}.json").read_text())
-        keys = [column["key"] for column in published["columns"]]
-        table_rows = {values[keys.index("row")]: dict(zip(keys, values)) for values in published["rows"]}
-        statistics = {entry["row"]: entry for entry in published["statistics"]}
+        table = published(stem)
+        keys = [column["key"] for column in table["columns"]]
+        table_rows = {values[keys.index("row")]: dict(zip(keys, values)) for values in table["rows"]}
+        statistics = {entry["row"]: entry for entry in table["statistics"]}
         assert [row[0] for row in rows if row[0] != "base"] == [r for r in table_rows if r != "base"], stem
         for cells in rows:
             row_id = cells[0]
@@ -175,7 +180,7 @@ def test_the_readmes_quoted_verdict_counts_are_the_published_tables_notes():
     """Each per-row table's section quotes its table's verdict count as `> - Verdicts: ...`; every quoted line must
     be one of the table's notes, word for word."""
     for stem, _, _, _, quoted in readme_row_tables():
-        notes = json.loads((RESULTS / f"{stem}.json").read_text())["notes"]
+        notes = published(stem)["notes"]
         assert any(line.startswith("Verdicts:") for line in quoted), f"{stem}: the README quotes no verdict count"
         for line in quoted:
             assert line in notes, (stem, line)
@@ -185,7 +190,7 @@ def test_a_readme_section_calls_its_table_partial_exactly_when_runs_are_missing(
     """A heading that says `partial: N of its M runs` must give the table's own count; a table with runs missing must
     say partial in its heading (never a partial table without saying so)."""
     for stem, heading, *_ in readme_row_tables():
-        runs = dict(json.loads((RESULTS / f"{stem}.json").read_text())["header"])["Runs"]
+        runs = dict(published(stem)["header"])["Runs"]
         done, missing = (int(n) for n in re.match(r"(\d+) done(?:, (\d+) missing)?", runs).groups(default="0"))
         assert ("partial" in heading) == (missing > 0), (stem, runs)
         counted = re.search(r"partial: (\d+) of its (\d+) runs", heading)
