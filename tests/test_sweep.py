@@ -266,13 +266,16 @@ def test_errors_in_a_row_name_its_place_and_id(corpus, tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
+def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys, monkeypatch):
     path = write_sweep(
         tmp_path,
         corpus,
         {"base": {}, "nopos": {"positional": "none"}, "A1": {"h": 1, "d_k": 512, "d_v": 512}},
         seeds=(0, 1),
     )
+    from ablations.launch import cost
+
+    monkeypatch.setattr(cost, "RESULTS", tmp_path / "results")  # no GPU check record: the rate is the assumption
     out = tmp_path / "runs"
     specs = plan.plan(path, "test", out=out)
     done, busy, stale = specs[0].dir, specs[1].dir, specs[2].dir
@@ -293,7 +296,7 @@ def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys):
     assert estimate.tokens == 5 * 512
     assert estimate.flops == training_flops(config.model, config.data.vocab_size, estimate.tokens)
     assert f"{estimate.flops:.2e}" in text
-    assert "GPU-hours" in text and "ASSUMED, not measured" in text  # no GPU check record in this test's results
+    assert "GPU-hours" in text and "ASSUMED, not measured" in text
     assert sorted(p.name for p in (out / "test" / "test").iterdir()) == sorted(s.dir.name for s in specs[:3])
     assert not any((s.dir / "config.yaml").exists() for s in specs)  # nothing trained, nothing written
 
