@@ -351,6 +351,11 @@ def test_the_json_dry_run_plans_the_same_step_on_any_device_count(corpus, tmp_pa
     assert base["basis"].startswith("measured:") and "base-8gpu-share" in base["basis"]
     assert base["gpu_hours"] == pytest.approx(base["flops"] / 1e14 / 3600)
     assert document["total"]["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in document["runs"]))
+    # Below the smallest measured batch a step is no faster: 64 tokens per device cost the 128-token step's time.
+    assert cli.main(sweep_args(path, out, "--dry-run", "--json", "--gpus-per-run", "8")) == 0
+    base = json.loads(capsys.readouterr().out)["runs"][0]
+    assert base["device_batch_tokens"] == 64 and "priced at that measured step time" in base["basis"]
+    assert base["gpu_hours"] == pytest.approx(base["flops"] / (1e14 * 64 / 128) / 3600)
     # A device count that leaves a device less than max_tokens (64) is refused, naming the field.
     assert cli.main(sweep_args(path, out, "--dry-run", "--gpus-per-run", "16")) == 2
     assert "data.batch_tokens" in capsys.readouterr().err

@@ -63,7 +63,12 @@ def read_measurements(results: Path = RESULTS) -> list[dict[str, Any]]:
 
 def throughput_for(params: int, device_tokens: int, measurements: Sequence[dict[str, Any]]) -> Throughput:
     """The measured rate of the model and per-device batch nearest this run's (in log ratio of parameters plus log
-    ratio of tokens per device, the two things a step's efficiency depends on most), else the assumption."""
+    ratio of tokens per device, the two things a step's efficiency depends on most), else the assumption.
+
+    A run with fewer tokens per device than the measurement it is priced by gets no shorter a step: the rate scales
+    down with its tokens. A step's time has a floor that a smaller batch does not lower (results/gpu_check.md: on the
+    H200, 3,125 tokens per device took nearly as long as 25,000), so carrying the rate down would price the smaller
+    per-device batches of more GPUs as cheaper than measured."""
     if not measurements:
         return ASSUMED
 
@@ -71,12 +76,15 @@ def throughput_for(params: int, device_tokens: int, measurements: Sequence[dict[
         return abs(math.log(params / entry["params"])) + abs(math.log(device_tokens / entry["device_tokens"]))
 
     best = min(measurements, key=distance)
-    return Throughput(
-        float(best["planned_flops_per_s"]),
+    rate = float(best["planned_flops_per_s"])
+    basis = (
         f"measured: {best['file']} ({best.get('device_name') or 'GPU'}, {best['name']}: "
-        f"{best['params'] / 1e6:.1f}M parameters at {best['device_tokens']:,} tokens per device)",
-        True,
+        f"{best['params'] / 1e6:.1f}M parameters at {best['device_tokens']:,} tokens per device"
     )
+    if device_tokens < best["device_tokens"]:
+        rate *= device_tokens / best["device_tokens"]
+        basis += f"; {device_tokens:,} tokens per device priced at that measured step time"
+    return Throughput(rate, basis + ")", True)
 
 
 def gpu_hours(flops: float, throughput: Throughput) -> float:
