@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,20 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     # the same row under another step count: its measured seconds scaled by the steps
     twin = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[0]
     assert local.run_cost(twin, costs) == pytest.approx(200.0)
+    # a twin of the run's own length prices it as measured, whichever record was read last: a row's 600-step timing
+    # probe and its full runs each price their own length (the probe scaled up would count its fixed costs 5x)
+    probe = plan(path, "test", out=out, sets={"train.max_steps": steps // 2, "model.P_drop": 0.2})[0]
+    probe.dir.mkdir(parents=True)
+    write_config(probe.dir, probe.spec.config, {})
+    (probe.dir / "metrics.json").write_text(
+        json.dumps({"status": "done", "wall_seconds": 80.0, "steps": steps // 2, "run_id": probe.spec.run_id})
+    )
+    costs = local.measured_costs(out, empty)
+    assert local.run_cost(plan(path, "test", out=out, sets={"model.P_drop": 0.2})[0], costs) == 100.0
+    assert local.run_cost(plan(path, "test", out=out, sets={"train.max_steps": steps // 2})[0], costs) == 80.0
+    assert local.run_cost(twin, costs) == pytest.approx(200.0)  # scaled from the longest twin, not the probe
+    shutil.rmtree(probe.dir)
+    costs = local.measured_costs(out, empty)
     # ...but not under another precision: emulated bf16 costs ~10x fp32 on a CPU without it, so that twin prices nothing
     other = "bf16-mixed" if done.spec.config.train.precision != "bf16-mixed" else "32-true"
     assert local.run_cost(plan(path, "test", out=out, sets={"train.precision": other})[0], costs) is None

@@ -87,7 +87,8 @@ RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results
 def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
     """Measured seconds (`run_seconds`: a resumed run's whole work, not its last attempt's) of finished (done) runs
     under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`),
-    keyed by run id (seconds) and by (sweep, scale, row, precision) ((seconds, steps trained)); the latest seen wins.
+    keyed by run id (seconds) and by (sweep, scale, row, precision) ({steps trained: seconds}, the latest seen for
+    each step count, so a row's 600-step timing probe and its full runs price runs of their own length).
     Precision is part of a row's key because it changes the work: emulated bf16 ran 9.5× slower than fp32 on a CPU
     without it, so a bf16 twin says nothing about an fp32 run's cost. Runs of the out folder are read after the
     records, so one's own machine counts first."""
@@ -108,7 +109,7 @@ def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
             row = folder.name.rsplit("-s", 1)[0] if "-s" in folder.name else folder.name
             steps = record.get("steps")
             key = (sweep, scale, row, recorded_precision(folder))
-            costs[key] = (float(seconds), steps if isinstance(steps, int) and steps > 0 else None)
+            costs.setdefault(key, {})[steps if isinstance(steps, int) and steps > 0 else None] = float(seconds)
             if record.get("run_id"):
                 costs[record["run_id"]] = float(seconds)
     return costs
@@ -124,17 +125,21 @@ def recorded_precision(run_dir: Path) -> Optional[str]:
 
 
 def run_cost(run: Run, costs: dict[Any, Any]) -> Optional[float]:
-    """A run's measured wall seconds: its own run id's, else its row's at the same sweep, scale and precision times
-    the ratio of steps (this run's train.max_steps over the steps that run trained, e.g. under another --set); None
-    when neither has finished anywhere the dry run looks."""
+    """A run's measured wall seconds: its own run id's, else its row's at the same sweep, scale and precision: a
+    finished twin of the same step count as is, else the longest one times the ratio of steps (this run's
+    train.max_steps over the steps it trained, e.g. under another --set), whose fixed costs weigh least; None when
+    none has finished anywhere the dry run looks."""
     spec = run.spec
     if spec.run_id in costs:
         return costs[spec.run_id]
-    key = (spec.sweep, spec.scale, spec.row, spec.config.train.precision)
-    if key not in costs:
+    twins = costs.get((spec.sweep, spec.scale, spec.row, spec.config.train.precision))
+    if not twins:
         return None
-    seconds, steps = costs[key]
-    return seconds * spec.config.train.max_steps / steps if steps else seconds
+    wanted = spec.config.train.max_steps
+    if wanted in twins:
+        return twins[wanted]
+    steps = max(twins, key=lambda count: count or 0)
+    return twins[steps] * wanted / steps if steps else twins[steps]
 
 
 def layer_steps(run: Run) -> int:
