@@ -214,6 +214,9 @@ def test_rows_carry_seed_paired_intervals_and_a_verdict_against_the_paper(projec
     # A2 has one done seed: no interval, never evidence.
     assert rows["A2"]["Δ BLEU 95 % CI"] == "" and rows["A2"]["verdict"] == "unresolved"
     assert any(note.startswith("Verdicts: unresolved") for note in table.notes)
+    # the large effects' line names those that do not agree too, not only the count that does
+    (large,) = [note for note in table.notes if note.startswith("Of the paper's")]
+    assert "here: agrees 0 (none); unresolved " in large and "A1" in large.split("unresolved", 1)[1]
     assert not any(r.judgement and r.judgement.verdict in ("agrees", "disagrees") for r in table.rows)
 
 

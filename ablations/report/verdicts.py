@@ -82,10 +82,19 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
         return missing
     counts = {v: [r.row.id for r in judged if r.judgement.verdict == v] for v in VERDICTS}
     large = [r for r in judged if r.judgement.judged_on is not None]
-    agree = [r.row.id for r in large if r.judgement.verdict == "agrees"]
+    # agrees always named, even at 0: how many of the paper's large effects agree is the table's headline
+    large_counts = {
+        v: [r.row.id for r in large if r.judgement.verdict == v] for v in ("agrees", "disagrees", "unresolved")
+    }
     lines = [
         "Verdicts: " + "; ".join(f"{v} {len(rows)} ({', '.join(rows)})" for v, rows in counts.items() if rows) + ".",
-        f"Of the paper's {len(large)} large effect{'' if len(large) == 1 else 's'} here, {len(agree)} agree ({', '.join(agree) or 'none'}).",
+        f"Of the paper's {len(large)} large effect{'' if len(large) == 1 else 's'} here: "
+        + "; ".join(
+            f"{v} {len(rows)} ({', '.join(rows) or 'none'})"
+            for v, rows in large_counts.items()
+            if rows or v == "agrees"
+        )
+        + ".",
     ]
     ours = {r.row.id: r.evidence.ppl.mean for r in results if r.evidence is not None}
     paper = {r.row.id: difference(r.row.paper.ppl, base.row.paper.ppl) for r in results if r is not base}
