@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_sweep import write_sweep
 
-from ablations.launch import local, processes
+from ablations.launch import dry_run, local, processes
 from ablations.launch.plan import plan
 from ablations.records import write_config
 
@@ -51,8 +51,8 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     monkeypatch.setattr(processes, "available_cores", lambda: [0, 1])
     monkeypatch.setattr(processes, "visible_gpus", lambda: [])
     empty = tmp_path / "no-records"
-    monkeypatch.setattr(local, "RECORDS", empty)
-    monkeypatch.setattr(local.measured_costs, "__defaults__", (empty,))
+    monkeypatch.setattr(dry_run, "RECORDS", empty)
+    monkeypatch.setattr(dry_run.measured_costs, "__defaults__", (empty,))
     assert local.run_sweep(path, "test", workers="auto", out=out, dry_run=True) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "2 worker(s), 1 thread(s)" in text and "no measured cost" in text
@@ -64,12 +64,12 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     (done.dir / "metrics.json").write_text(
         json.dumps({"status": "done", "wall_seconds": 100.0, "steps": steps, "run_id": done.spec.run_id})
     )
-    costs = local.measured_costs(out, empty)
-    assert local.run_cost(done, costs) == 100.0
-    assert local.run_cost(runs[1], costs) is None
+    costs = dry_run.measured_costs(out, empty)
+    assert dry_run.run_cost(done, costs) == 100.0
+    assert dry_run.run_cost(runs[1], costs) is None
     # the same row under another step count: its measured seconds scaled by the steps
     twin = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[0]
-    assert local.run_cost(twin, costs) == pytest.approx(200.0)
+    assert dry_run.run_cost(twin, costs) == pytest.approx(200.0)
     # a twin of the run's own length prices it as measured, whichever record was read last: a row's 600-step timing
     # probe and its full runs each price their own length (the probe scaled up would count its fixed costs 5x)
     probe = plan(path, "test", out=out, sets={"train.max_steps": steps // 2, "model.P_drop": 0.2})[0]
@@ -78,16 +78,16 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     (probe.dir / "metrics.json").write_text(
         json.dumps({"status": "done", "wall_seconds": 80.0, "steps": steps // 2, "run_id": probe.spec.run_id})
     )
-    costs = local.measured_costs(out, empty)
-    assert local.run_cost(plan(path, "test", out=out, sets={"model.P_drop": 0.2})[0], costs) == 100.0
-    assert local.run_cost(plan(path, "test", out=out, sets={"train.max_steps": steps // 2})[0], costs) == 80.0
-    assert local.run_cost(twin, costs) == pytest.approx(200.0)  # scaled from the longest twin, not the probe
+    costs = dry_run.measured_costs(out, empty)
+    assert dry_run.run_cost(plan(path, "test", out=out, sets={"model.P_drop": 0.2})[0], costs) == 100.0
+    assert dry_run.run_cost(plan(path, "test", out=out, sets={"train.max_steps": steps // 2})[0], costs) == 80.0
+    assert dry_run.run_cost(twin, costs) == pytest.approx(200.0)  # scaled from the longest twin, not the probe
     shutil.rmtree(probe.dir)
-    costs = local.measured_costs(out, empty)
+    costs = dry_run.measured_costs(out, empty)
     # ...but not under another precision: emulated bf16 costs ~10x fp32 on a CPU without it, so that twin prices nothing
     other = "bf16-mixed" if done.spec.config.train.precision != "bf16-mixed" else "32-true"
-    assert local.run_cost(plan(path, "test", out=out, sets={"train.precision": other})[0], costs) is None
-    assert local.expected_wall([100.0, 60.0, 50.0], 2) == 110.0
+    assert dry_run.run_cost(plan(path, "test", out=out, sets={"train.precision": other})[0], costs) is None
+    assert dry_run.expected_wall([100.0, 60.0, 50.0], 2) == 110.0
     assert (
         local.run_sweep(path, "test", workers="auto", out=out, dry_run=True, sets={"train.max_steps": 2 * steps}) == 0
     )
@@ -107,19 +107,19 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
             }
         )
     )
-    assert local.run_cost(done, local.measured_costs(out, empty)) == 1945.0
+    assert dry_run.run_cost(done, dry_run.measured_costs(out, empty)) == 1945.0
     # the unmeasured N2 guessed from its FLOPs at the measured twin's seconds per FLOP (N 2 against the sweep's 1)
     rows = {
         row["run_id"]: row
-        for row in local.plan_rows(plan(path, "test", out=out, sets={"train.max_steps": 2 * steps}), 1, [])
+        for row in dry_run.plan_rows(plan(path, "test", out=out, sets={"train.max_steps": 2 * steps}), 1, [])
     }
     twin_n2 = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[1]
     guess = 200.0 * rows[twin_n2.spec.run_id]["flops"] / rows[twin.spec.run_id]["flops"]
     assert 200.0 < guess < 600.0
     assert "with the 1 unmeasured run(s) guessed from their FLOPs" in text
     assert "by the median seconds per FLOP of 1 measured run(s)" in text  # one row cannot tell the fit's terms apart
-    wall = local.duration(local.expected_wall([200.0, guess], 2))
-    assert f"≈ {wall} on 2 worker(s), {local.duration(200.0 + guess)} of worker time" in text
+    wall = dry_run.duration(dry_run.expected_wall([200.0, guess], 2))
+    assert f"≈ {wall} on 2 worker(s), {dry_run.duration(200.0 + guess)} of worker time" in text
 
 
 def test_the_wall_guess_fits_a_per_flop_and_a_per_layer_step_cost_when_the_runs_tell_them_apart():

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from ablations import cli
-from ablations.launch import local, plan, processes
+from ablations.launch import dry_run, local, plan, processes
 from ablations.records import RunLock, folder_status, read_config, read_metrics, update_metrics
 from ablations.sweep import PROJECT_SCALES, SCALE_HELP, expand, load_scales, load_sweep, scales_for
 from lightning_modules.data.generated import write_corpus
@@ -290,7 +290,7 @@ def test_dry_run_trains_nothing_and_lists_every_run(corpus, tmp_path, capsys, mo
     for spec in specs:
         assert spec.spec.run_id in text
     assert "done" in text and "running" in text and "stale" in text and "pending" in text
-    estimate = local.estimates(specs[0], {})
+    estimate = dry_run.estimates(specs[0], {})
     config = specs[0].spec.config
     assert estimate.params == parameter_count(config.model, config.data.vocab_size)
     assert estimate.tokens == 5 * 512
@@ -306,7 +306,7 @@ def test_a_cpu_dry_run_says_its_gpu_hours_and_gpu_wall_time_are_for_gpus(corpus,
     measured-cost guess (a GPU wall time of 0.002 h once read as the two CPU workers')."""
     runs = plan.plan(write_sweep(tmp_path, corpus, {"base": {}}), "test", out=tmp_path / "runs")
     for gpus, marked in (([], True), (["0"], False)):
-        local.print_plan(runs, tmp_path / "runs", processes.make_slots(2, cores=[0, 1], gpus=gpus))
+        dry_run.print_plan(runs, tmp_path / "runs", processes.make_slots(2, cores=[0, 1], gpus=gpus))
         text = " ".join(capsys.readouterr().out.split())
         assert "on 2 worker(s) of 1 GPU(s) ≈" in text
         assert ("On GPUs, not these CPU workers: GPU-hours ≈" in text) is marked
