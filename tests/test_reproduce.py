@@ -119,8 +119,16 @@ def test_records_say_whether_the_native_kernels_drew_their_dropout_masks():
 
 
 @pytest.mark.slow
-def test_the_tiny_records_replay_bit_for_bit_with_torch_s_dropout(tmp_path):
+def test_the_tiny_records_replay_with_torch_s_dropout_and_not_with_the_native_masks(tmp_path):
     """The tiny records were trained before the native dropout noise (207d384), with torch's dropout: a copy that
-    says so (`native_kernels: false`) is retrained to the last digit, its dropout masks drawn again."""
-    comparison, _ = reproduce.reproduce(with_native_kernels(TINY_BASE, tmp_path / "record", False), steps=20)
-    assert comparison.verdict == "identical", comparison
+    says so (`native_kernels: false`) is retrained with its dropout masks drawn again, to float rounding: `identical`
+    on the AVX-512 AMD EPYC where this was first checked, 7e-7 relative at most on an AVX2-only one (4 December
+    2026), whose kernels round differently. With the native masks the same seed trains another run: 1.8e-3 apart by
+    step 9, far past rounding."""
+    from lightning_modules import native
+
+    torch_dropout, _ = reproduce.reproduce(with_native_kernels(TINY_BASE, tmp_path / "off", False), steps=20)
+    assert max(torch_dropout.relative) < 1e-5, torch_dropout
+    if native.available():
+        native_masks, _ = reproduce.reproduce(with_native_kernels(TINY_BASE, tmp_path / "on", True), steps=20)
+        assert max(native_masks.relative) > 1e-4, native_masks
