@@ -202,6 +202,17 @@ class Scale:
     def describe_steps(self) -> str:
         return f"steps × {self.steps_scale:g}" + ("" if self.max_steps is None else f", at most {self.max_steps:,}")
 
+    def in_paper_units(self, target: str, value: Any) -> Any:
+        """A run-unit value of `target` (a canonical key, as `--set` gives it at this scale) in the paper's units:
+        widths times the divisor, steps over the step scale; every other key is the same in both."""
+        section, _, name = target.partition(".")
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if section == "model" and name in WIDTH_FIELDS and integer:
+            return value * self.width_divisor
+        if target == "train.max_steps" and integer:
+            return int(round(value / self.steps_scale))
+        return value
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -468,12 +479,20 @@ def without_run_steps(values: Mapping[str, Any], where: str) -> tuple[dict[str, 
     return rest, steps
 
 
-def paper_units(sweep: Sweep, row: Row) -> RunConfig:
-    """The row exactly as the paper states it (full dimensions), validated."""
+def paper_units(sweep: Sweep, row: Row, scale: Optional[Scale] = None, sets: Mapping[str, Any] = {}) -> RunConfig:
+    """The row exactly as the paper states it (full dimensions), validated; with `sets` (`--set`, run units at
+    `scale`) brought back to the paper's units and applied last: the row as its runs trained, in the paper's units."""
     base, _ = without_run_steps(sweep.base, f"{sweep.path}: base")
     overrides, _ = without_run_steps(row.overrides, sweep.where(row))
     values = apply_overrides(RunConfig().to_dict(), base, f"{sweep.path}: base")
     values = apply_overrides(values, overrides, sweep.where(row))
+    if sets:
+        if scale is None:
+            raise ValueError(
+                f"{sweep.where(row)}: --set values are in run units, so bringing them back needs the scale"
+            )
+        in_paper = {key: scale.in_paper_units(canonical_key(str(key), "--set"), value) for key, value in sets.items()}
+        values = apply_sets(values, in_paper)
     return build_config(values, sweep.where(row))
 
 

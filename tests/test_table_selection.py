@@ -11,7 +11,7 @@ import pytest
 from test_tables import BAD, GOOD, SWEEP, done, write_project, write_run
 
 from ablations.report import add_table_parser, describe_overrides
-from ablations.sweep import expand, load_sweep, scales_for
+from ablations.sweep import expand, load_sweep, paper_units, scales_for
 
 SETS = {"train.max_steps": 50}
 STEM = "mini_tiny_train-max_steps-50"  # a table of runs trained with overrides is named after them
@@ -65,6 +65,25 @@ def test_a_table_of_runs_trained_with_overrides_never_replaces_the_presets_own(p
     plots = {name for name in written if name.endswith(".svg")}
     assert plots and all(name.startswith(f"{STEM}_") for name in plots)
     assert "mini_tiny.json" not in written and not any(name.startswith("mini_tiny_dev") for name in written)
+
+
+def test_the_hyperparameter_cells_show_the_rows_as_their_runs_trained(project):
+    """A `--set` that changes a hyperparameter changes its column, in the paper's units: a variant table never shows
+    the sweep's value for what its runs did not train with."""
+    assert table(project, "--set", "train.max_steps=50") == 0
+    document = json.loads((project / "out" / f"{STEM}.json").read_text(encoding="utf-8"))
+    steps = [key["key"] for key in document["columns"]].index("train_steps")
+    assert {row[1]: row[steps] for row in document["rows"]} == {
+        "base": "500",
+        **dict.fromkeys(["A1", "A2", "C_1", "D1"], ""),
+    }
+    sweep = load_sweep(project / "sweeps" / "mini.yaml")
+    tiny = scales_for(sweep.path)["tiny"]
+    as_trained = paper_units(sweep, sweep.row("D1"), tiny, {"P_drop": 0.3, "model.d_model": 16, "train.max_steps": 50})
+    assert (as_trained.model.P_drop, as_trained.model.d_model, as_trained.train.max_steps) == (0.3, 32, 500)
+    assert paper_units(sweep, sweep.row("D1")).model.P_drop == 0.0
+    with pytest.raises(ValueError, match="run units, so bringing them back needs the scale"):
+        paper_units(sweep, sweep.row("D1"), sets={"P_drop": 0.3})
 
 
 def test_rows_and_seeds_select_as_sweep_does_base_always_in(project):

@@ -21,7 +21,7 @@ from lightning_modules.config import SECTIONS, DataConfig, RunConfig
 
 from ..records import write_renderings
 from ..sweep import Scale, Sweep, paper_units
-from .collect import RunRecord, collect_and_publish
+from .collect import SELECTION, RunRecord, collect_and_publish
 from .contrasts import ContrastResult, markdown_lines, measure_contrasts, sentences
 from .contrasts import note as contrast_note_line
 from .convergence import earlier_line, not_learned, not_learned_line, plateau_line
@@ -186,11 +186,13 @@ def build_table(
 ) -> Table:
     """Collect and publish the records, then summarise every row and test it against base."""
     sweep, scale, records = collect_and_publish(sweep_path, scale_name, runs, out)
-    extra = varying_fields([paper_units(sweep, row) for row in sweep.rows])
+    # The cells show each row as its runs trained: a `--set` that changes a hyperparameter changes its column.
+    as_trained = {row.id: paper_units(sweep, row, scale, SELECTION.get().sets) for row in sweep.rows}
+    extra = varying_fields(list(as_trained.values()))
     summaries = {}
     for row in sweep.rows:
         runs_of_row = [run for run in records if run.spec.row == row.id]
-        summaries[row.id] = summarize(row, runs_of_row, paper_unit_cells(paper_units(sweep, row), extra))
+        summaries[row.id] = summarize(row, runs_of_row, paper_unit_cells(as_trained[row.id], extra))
     base = summaries[sweep.reference_row().id]
     results = with_verdicts(tuple(summaries.values()), base)
     base = next(result for result in results if result.row.id == base.row.id)

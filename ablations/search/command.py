@@ -14,8 +14,8 @@ import yaml
 
 from ..launch.processes import GRACE_SECONDS, make_slots, train_command
 from ..records import blocking_lock, write_atomic
-from ..sweep import WIDTH_FIELDS, canonical_key, load_sweep, resolve, scales_for
-from .spec import Search, is_integer, load_search
+from ..sweep import canonical_key, load_sweep, resolve, scales_for
+from .spec import Search, load_search
 from .study import (
     ask_lock,
     create_study,
@@ -30,16 +30,6 @@ from .study import (
 from .workers import WorkerPlan, on_main_thread, raise_interrupt, worker_loop, worker_main
 
 
-def _paper_units(search: Search, target: str, value: Any) -> Any:
-    """A run-unit value of a key that `resolve` rescales, in the sweep's paper units."""
-    section, name = target.split(".")
-    if section == "model" and name in WIDTH_FIELDS and is_integer(value):
-        return value * search.scale.width_divisor
-    if target == "train.max_steps" and is_integer(value):
-        return int(round(value / search.scale.steps_scale))
-    return value
-
-
 def best_sweep(search: Search, params: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep document: the sweep's base, the row's overrides and the best params (paper units), row `best`."""
     base = {}
@@ -52,7 +42,7 @@ def best_sweep(search: Search, params: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in {**search.sets, **params}.items():
         for existing in [k for k in base if canonical_key(str(k), "base") == canonical_key(str(key), "params")]:
             del base[existing]
-        base[key] = _paper_units(search, canonical_key(str(key), "params"), value)
+        base[key] = search.scale.in_paper_units(canonical_key(str(key), "params"), value)
     return {
         "name": f"{search.name}_best",
         "description": f"Best trial of search {search.name}: {search.sweep.name} row {search.row.id} at scale "
