@@ -510,10 +510,11 @@ def test_a_real_search_of_two_trials_one_pruned(corpus, tmp_path, monkeypatch, c
 
 
 @pytest.mark.postgres
-def test_two_workers_on_postgresql(corpus, tmp_path, fake_train):
+def test_two_workers_on_postgresql(corpus, tmp_path, fake_train, monkeypatch):
     url = os.environ.get("ABLATE_TEST_POSTGRES_URL")
     if not url:
         pytest.skip("set ABLATE_TEST_POSTGRES_URL (e.g. from .ci/postgres.sh) to run against PostgreSQL")
+    monkeypatch.setenv("FAKE_RENDEZVOUS", str(tmp_path / "rendezvous"))  # both workers start a trial, however slow
     name = f"pg{os.getpid()}_{int(time.time())}"  # a fresh study each time
     path = write_search(tmp_path, corpus, name=name)
     started = time.time()
@@ -522,6 +523,7 @@ def test_two_workers_on_postgresql(corpus, tmp_path, fake_train):
     trials = trials_of(url, name)
     check_exact(trials, 8)
     assert all(t.state == TrialState.COMPLETE for t in trials)
-    assert len({t.user_attrs["worker_pid"] for t in trials}) == 2
+    workers = {t.user_attrs["worker_pid"] for t in trials}
+    assert len(workers) == 2 and {int(name) for name in os.listdir(tmp_path / "rendezvous")} == workers
     print(f"\n8 stand-in trials with 2 workers on PostgreSQL: {elapsed:.1f} s")
     optuna.delete_study(study_name=name, storage=open_storage(url))
