@@ -25,6 +25,11 @@ WIDTH_FIELDS = ("d_model", "d_ff", "d_k", "d_v")
 PAPER_FIGURES = ("ppl", "bleu", "params_m", "f1")  # f1: Table 4's WSJ 23 F1
 
 
+def is_integer(value: Any) -> bool:
+    """An int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _field_names(section: str) -> list[str]:
     return [f.name for f in dataclasses.fields(SECTIONS[section])]
 
@@ -206,10 +211,9 @@ class Scale:
         """A run-unit value of `target` (a canonical key, as `--set` gives it at this scale) in the paper's units:
         widths times the divisor, steps over the step scale; every other key is the same in both."""
         section, _, name = target.partition(".")
-        integer = isinstance(value, int) and not isinstance(value, bool)
-        if section == "model" and name in WIDTH_FIELDS and integer:
+        if section == "model" and name in WIDTH_FIELDS and is_integer(value):
             return value * self.width_divisor
-        if target == "train.max_steps" and integer:
+        if target == "train.max_steps" and is_integer(value):
             return int(round(value / self.steps_scale))
         return value
 

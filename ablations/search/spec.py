@@ -9,7 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..sweep import Row, Scale, Sweep, canonical_key, load_sweep, read_yaml, resolve, scale_named, scales_for
+from ..sweep import (
+    Row,
+    Scale,
+    Sweep,
+    canonical_key,
+    is_integer,
+    load_sweep,
+    read_yaml,
+    resolve,
+    scale_named,
+    scales_for,
+)
 
 METRICS = {  # metrics.json key -> (direction, metric the LightningModule logs at each validation)
     "dev_bleu": ("maximize", "dev/bleu"),
@@ -102,11 +113,6 @@ class Search:
 def is_number(value: Any) -> bool:
     """A finite int or float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def is_integer(value: Any) -> bool:
-    """An int, not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _fail(where: str, value: Any, expected: str) -> None:
