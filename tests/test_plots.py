@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -306,3 +307,17 @@ def test_dev_ppl_draws_the_rows_of_bases_group_and_short_runs_final_point(tmp_pa
     lines = {line.get_label(): line for line in axis.get_lines()}
     assert list(lines["pre"].get_xdata()) == [100] and list(lines["pre"].get_ydata()) == [7.0]
     assert list(lines["base"].get_xdata()) == [49, 99]  # base dashed beside its group's other rows
+
+
+def test_a_tables_overrides_are_in_each_plots_title(project):
+    """A variant's plots (runs trained with `--set`) must not read as the preset's: each title names the overrides."""
+    table, _ = build(project)
+    variant = dataclasses.replace(table, overrides=(("model.P_drop", "0.1"),))
+    plt = pyplot()
+    curves = table_curves(table)
+    for draw in (draw_delta_bleu, lambda plt, table: draw_dev_ppl(plt, table, curves)):
+        preset, varied = draw(plt, table), draw(plt, variant)
+        assert preset.get_suptitle().startswith("two at tiny: ")
+        assert varied.get_suptitle().startswith("two at tiny with model.P_drop=0.1: ")
+        plt.close(preset)
+        plt.close(varied)

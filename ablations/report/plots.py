@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..records import write_atomic_bytes
 from .collect import PUBLISHED, RunRecord, read_curves
 from .rows import RowResult
-from .table3 import Table, deltas, seed_differences
+from .table3 import Table, deltas, seed_differences, with_overrides_title
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")
@@ -35,6 +35,12 @@ DPI = 100
 # --------------------------------------------------------------------------------------------------------------
 # Figures
 # --------------------------------------------------------------------------------------------------------------
+
+
+def plot_title(table: Table, what: str) -> str:
+    """A plot's title names the runs as its table does, overrides included: a variant's plot must not read as the
+    preset's."""
+    return with_overrides_title(f"{table.sweep.name} at {table.scale.name}", table.overrides) + f": {what}"
 
 
 def pyplot():
@@ -86,7 +92,7 @@ def draw_delta_bleu(plt, table: Table):
     paper.set_title("paper (newstest2013)")
     ours.set_xlabel(f"Δ BLEU vs {table.base.row.id} (bar: mean, dots: seeds, line: 95 % t-interval over seeds)")
     paper.set_xlabel(f"Δ BLEU vs {table.base.row.id}")
-    figure.suptitle(f"{table.sweep.name} at {table.scale.name}: Δ BLEU per row")
+    figure.suptitle(plot_title(table, "Δ BLEU per row"))
     return figure
 
 
@@ -176,7 +182,7 @@ def draw_dev_ppl(plt, table: Table, curves: Mapping[str, Mapping[str, list]]):
         axis.grid(linewidth=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=7, loc="lower left")
-    figure.suptitle(f"{table.sweep.name} at {table.scale.name}: dev perplexity per word piece against steps")
+    figure.suptitle(plot_title(table, "dev perplexity per word piece against steps"))
     return figure
 
 
@@ -238,7 +244,7 @@ def draw_params_bleu(plt, table: Table):
     paper.set_ylabel("dev BLEU")
     for axis in (ours, paper):
         axis.grid(linewidth=0.3)
-    figure.suptitle(f"{table.sweep.name} at {table.scale.name}: parameters against BLEU")
+    figure.suptitle(plot_title(table, "parameters against BLEU"))
     return figure
 
 
