@@ -422,7 +422,7 @@ SCALES_ENV = "ABLATE_SCALES"  # the `--scales FILE` of a command, set by the CLI
 PROJECT_SCALES = Path(__file__).resolve().parent.parent / "sweeps" / "scales.yaml"  # the project's presets
 SCALE_HELP = (
     "scale preset of the sweep's scales.yaml, else sweeps/scales.yaml: tiny (smoke), converged (Table 3 that measures "
-    "quality on CPUs), plateau (converged trained until base plateaus, 3x its cost), small (Multi30k) or paper"
+    "quality on CPUs), small (Multi30k) or paper"
 )
 
 
