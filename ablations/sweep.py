@@ -422,7 +422,7 @@ SCALES_ENV = "ABLATE_SCALES"  # the `--scales FILE` of a command, set by the CLI
 PROJECT_SCALES = Path(__file__).resolve().parent.parent / "sweeps" / "scales.yaml"  # the project's presets
 SCALE_HELP = (
     "scale preset of the sweep's scales.yaml, else sweeps/scales.yaml: tiny (smoke), converged (Table 3 that measures "
-    "quality on CPUs), small (Multi30k) or paper"
+    "quality on CPUs), converged_4x (4x its steps and lexicon: base plateaus), small (Multi30k) or paper"
 )
 
 
