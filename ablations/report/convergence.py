@@ -86,7 +86,9 @@ def earlier_line(base: RowResult, results: Sequence[RowResult]) -> Optional[str]
         early = paired_delta(early_by_seed(result), base_early).mean
         if early is None:
             continue
-        (held if (early > 0) == (final > 0) else flipped).append(f"{result.row.id} ({early:+.2f} then {final:+.2f})")
+        (held if (early > 0) == (final > 0) else flipped).append(
+            f"{result.row.id} ({early:+.{result.ppl_digits}f} then {final:+.{result.ppl_digits}f})"
+        )
     if not held and not flipped:
         return None
     judged = len(held) + len(flipped)

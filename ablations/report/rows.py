@@ -48,6 +48,9 @@ def measures(metrics: Mapping[str, Any]) -> dict[str, Optional[float]]:
 MEASURES = tuple(measures({}))
 
 
+PPL_DIGITS = (2, 4)  # the fewest and most decimals of a PPL cell (RowResult.ppl_digits)
+
+
 @dataclass(frozen=True)
 class RowResult:
     row: Row
@@ -68,6 +71,21 @@ class RowResult:
 
     def mean(self, key: str) -> Optional[float]:
         return None if self.stats[key] is None else self.stats[key].mean
+
+    @property
+    def ppl_digits(self) -> int:
+        """Decimals for the row's PPL cells: enough for its finest spread (the std of its dev PPL over seeds, or the
+        half-width of its Δ PPL interval) to show one significant digit, from 2 to 4. Where runs end near PPL 1 (base
+        at converged_4x: 1.085 ± 0.001), two decimals would print every Δ as +0.00 and every interval as [-0.00,
+        +0.00]; a row that spreads widely keeps two."""
+        spreads = [self.stats["dev_ppl"].std if self.stats["dev_ppl"] is not None else None]
+        if self.evidence is not None and self.evidence.ppl.ci is not None:
+            spreads.append((self.evidence.ppl.ci[1] - self.evidence.ppl.ci[0]) / 2)
+        visible = 0.5 * 10 ** -PPL_DIGITS[1]  # finer ones print as 0 even at the most decimals (and float noise)
+        finest = min((spread for spread in spreads if spread is not None and spread >= visible), default=None)
+        if finest is None:
+            return PPL_DIGITS[0]
+        return min(max(-math.floor(math.log10(finest)), PPL_DIGITS[0]), PPL_DIGITS[1])
 
 
 def per_seed(result: RowResult, key: str) -> dict[int, float]:

@@ -291,7 +291,9 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         f"Hyperparameters are in the paper's units; a blank cell is {base.id}'s value. At scale {scale.name}, "
         f"widths are divided by {scale.width_divisor} and train steps multiplied by {scale.steps_scale:g}"
         + ("." if scale.max_steps is None else f", at most {scale.max_steps:,}."),
-        "Measured on the dev set: PPL per word piece; BLEU is sacreBLEU, BLEU tok the paper's tokenized BLEU. "
+        "Measured on the dev set: PPL per word piece (a row's PPL cells to the decimals that show its finest spread, "
+        "its std over seeds or its Δ interval's half-width, to one significant digit, from 2 to 4); BLEU is "
+        "sacreBLEU, BLEU tok the paper's tokenized BLEU. "
         "Cells are mean ± sample std over the done seeds (std from two seeds on); seeds = done/expected, and "
         "runs not done are named and left out of the means.",
         f"Δ = row − {base.id}: measured, the mean over the seeds both have of the per-seed differences (the centre of "
@@ -392,22 +394,23 @@ def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[
     for key, value in result.paper_units.items():
         cells[key] = value if result is base or value != base.paper_units[key] else ""
     for key, digits in DIGITS.items():
+        places = result.ppl_digits if key == "dev_ppl" else digits
         if key in SPREAD:
-            cells[key] = stat_cell(result.stats[key], digits) if result.done else result.status
+            cells[key] = stat_cell(result.stats[key], places) if result.done else result.status
         else:
-            cells[key] = fixed(result.mean(key), digits)
+            cells[key] = fixed(result.mean(key), places)
     paper, delta = result.row.paper, deltas(result, base)
     cells.update(
         {
             "paper_ppl": fixed(paper.ppl, 2),
             "paper_bleu": fixed(paper.bleu, 1),
             "paper_params_m": "" if paper.params_m is None else f"{paper.params_m:g}",
-            "delta_ppl": signed(delta["delta_ppl"], 2),
+            "delta_ppl": signed(delta["delta_ppl"], result.ppl_digits),
             "paper_delta_ppl": signed(delta["paper_delta_ppl"], 2),
             "delta_bleu": signed(delta["delta_bleu"], 1),
             "paper_delta_bleu": signed(delta["paper_delta_bleu"], 1),
             "delta_bleu_ci": interval_cell(result.evidence and result.evidence.bleu, 1),
-            "delta_ppl_ci": interval_cell(result.evidence and result.evidence.ppl, 2),
+            "delta_ppl_ci": interval_cell(result.evidence and result.evidence.ppl, result.ppl_digits),
             "verdict": verdict_cell(result),
             "seeds": seeds_cell(result),
         }
