@@ -59,6 +59,7 @@ GLANCE = {  # the README's columns of "Table 3's verdicts at a glance", each a p
     "tiny (2 seeds)": "table3_tiny",
     "converged, bf16": "table3_converged_train-precision-bf16-mixed",
     "converged, fp32 (the preset)": "table3_converged",
+    "converged_4x (base plateaus)": "table3_converged_4x",
 }
 
 

@@ -179,18 +179,20 @@ def test_mean_std_and_deltas_against_base(project):
 
 def test_ppl_cells_carry_the_decimals_that_show_each_rows_spread(tmp_path):
     """Near PPL 1 (base at converged_4x: 1.085 ± 0.001) two decimals printed every Δ as +0.00 and every interval as
-    [-0.00, +0.00]; a row that spreads widely keeps two."""
+    [-0.00, +0.00]; a row that spreads widely keeps two, and a row of one seed takes base's."""
     specs = write_project(tmp_path, "mini", SWEEP)
     runs = tmp_path / "runs"
     for seed, ppl in enumerate([(1.0851, 1.0873, 5.0), (1.0863, 1.0881, 5.6)]):
         for row, value in zip(("base", "A1", "A2"), ppl):
             write_run(runs, specs[row, seed], "done", **done(97.0, value))
+    write_run(runs, specs["D1", 0], "done", **done(97.0, 1.0901))  # one seed: no spread of its own
     table, _ = make(tmp_path)
     rows = markdown_rows((tmp_path / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
     assert rows["base"]["PPL (dev)"] == "1.0857 ± 0.0008"
     assert (rows["A1"]["PPL (dev)"], rows["A1"]["Δ PPL"]) == ("1.0877 ± 0.0006", "+0.0020")
     assert rows["A1"]["Δ PPL 95 % CI"] == "[-0.0005, +0.0045]"
     assert (rows["A2"]["PPL (dev)"], rows["A2"]["Δ PPL"]) == ("5.30 ± 0.42", "+4.21")
+    assert (rows["D1"]["PPL (dev)"], rows["D1"]["Δ PPL"]) == ("1.0901", "+0.0050")  # base's spread, base's decimals
     assert "its std over seeds or its Δ interval's half-width" in "".join(table.notes)
 
 

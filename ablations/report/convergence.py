@@ -86,8 +86,9 @@ def earlier_line(base: RowResult, results: Sequence[RowResult]) -> Optional[str]
         early = paired_delta(early_by_seed(result), base_early).mean
         if early is None:
             continue
+        digits = result.ppl_digits(base)
         (held if (early > 0) == (final > 0) else flipped).append(
-            f"{result.row.id} ({early:+.{result.ppl_digits}f} then {final:+.{result.ppl_digits}f})"
+            f"{result.row.id} ({early:+.{digits}f} then {final:+.{digits}f})"
         )
     if not held and not flipped:
         return None

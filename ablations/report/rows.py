@@ -73,19 +73,24 @@ class RowResult:
         return None if self.stats[key] is None else self.stats[key].mean
 
     @property
-    def ppl_digits(self) -> int:
-        """Decimals for the row's PPL cells: enough for its finest spread (the std of its dev PPL over seeds, or the
-        half-width of its Δ PPL interval) to show one significant digit, from 2 to 4. Where runs end near PPL 1 (base
-        at converged_4x: 1.085 ± 0.001), two decimals would print every Δ as +0.00 and every interval as [-0.00,
-        +0.00]; a row that spreads widely keeps two."""
+    def ppl_spread(self) -> Optional[float]:
+        """The row's finest PPL spread: the std of its dev PPL over seeds or the half-width of its Δ PPL interval,
+        whichever is smaller; None with neither (one seed), or where it would print as 0 even at the most decimals."""
         spreads = [self.stats["dev_ppl"].std if self.stats["dev_ppl"] is not None else None]
         if self.evidence is not None and self.evidence.ppl.ci is not None:
             spreads.append((self.evidence.ppl.ci[1] - self.evidence.ppl.ci[0]) / 2)
-        visible = 0.5 * 10 ** -PPL_DIGITS[1]  # finer ones print as 0 even at the most decimals (and float noise)
-        finest = min((spread for spread in spreads if spread is not None and spread >= visible), default=None)
-        if finest is None:
+        visible = 0.5 * 10 ** -PPL_DIGITS[1]  # float noise in equal values lies far below it
+        return min((spread for spread in spreads if spread is not None and spread >= visible), default=None)
+
+    def ppl_digits(self, base: "RowResult") -> int:
+        """Decimals for the row's PPL cells: enough for its spread (else base's, the spread its Δ is measured
+        against) to show one significant digit, from 2 to 4. Where runs end near PPL 1 (base at converged_4x: 1.085 ±
+        0.001), two decimals printed every Δ as +0.00 and every interval as [-0.00, +0.00]; a row that spreads widely
+        keeps two."""
+        spread = self.ppl_spread or base.ppl_spread
+        if spread is None:
             return PPL_DIGITS[0]
-        return min(max(-math.floor(math.log10(finest)), PPL_DIGITS[0]), PPL_DIGITS[1])
+        return min(max(-math.floor(math.log10(spread)), PPL_DIGITS[0]), PPL_DIGITS[1])
 
 
 def per_seed(result: RowResult, key: str) -> dict[int, float]:

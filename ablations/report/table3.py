@@ -393,8 +393,9 @@ def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[
     cells = {"group": result.row.group if show_group else "", "row": result.row.id}
     for key, value in result.paper_units.items():
         cells[key] = value if result is base or value != base.paper_units[key] else ""
+    ppl_digits = result.ppl_digits(base)
     for key, digits in DIGITS.items():
-        places = result.ppl_digits if key == "dev_ppl" else digits
+        places = ppl_digits if key == "dev_ppl" else digits
         if key in SPREAD:
             cells[key] = stat_cell(result.stats[key], places) if result.done else result.status
         else:
@@ -405,12 +406,12 @@ def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[
             "paper_ppl": fixed(paper.ppl, 2),
             "paper_bleu": fixed(paper.bleu, 1),
             "paper_params_m": "" if paper.params_m is None else f"{paper.params_m:g}",
-            "delta_ppl": signed(delta["delta_ppl"], result.ppl_digits),
+            "delta_ppl": signed(delta["delta_ppl"], ppl_digits),
             "paper_delta_ppl": signed(delta["paper_delta_ppl"], 2),
             "delta_bleu": signed(delta["delta_bleu"], 1),
             "paper_delta_bleu": signed(delta["paper_delta_bleu"], 1),
             "delta_bleu_ci": interval_cell(result.evidence and result.evidence.bleu, 1),
-            "delta_ppl_ci": interval_cell(result.evidence and result.evidence.ppl, result.ppl_digits),
+            "delta_ppl_ci": interval_cell(result.evidence and result.evidence.ppl, ppl_digits),
             "verdict": verdict_cell(result),
             "seeds": seeds_cell(result),
         }
