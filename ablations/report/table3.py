@@ -292,8 +292,8 @@ def notes(sweep: Sweep, scale: Scale, base: RowResult, results: Sequence[RowResu
         f"widths are divided by {scale.width_divisor} and train steps multiplied by {scale.steps_scale:g}"
         + ("." if scale.max_steps is None else f", at most {scale.max_steps:,}."),
         "Measured on the dev set: PPL per word piece (a row's PPL cells to the decimals that show its finest spread, "
-        "its std over seeds or its Δ interval's half-width, to one significant digit, from 2 to 4); BLEU is "
-        "sacreBLEU, BLEU tok the paper's tokenized BLEU. "
+        "its std over seeds or its Δ interval's half-width, or base's on one seed, to one significant digit, from 2 "
+        "to 4); BLEU is sacreBLEU, BLEU tok the paper's tokenized BLEU. "
         "Cells are mean ± sample std over the done seeds (std from two seeds on); seeds = done/expected, and "
         "runs not done are named and left out of the means.",
         f"Δ = row − {base.id}: measured, the mean over the seeds both have of the per-seed differences (the centre of "
