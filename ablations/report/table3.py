@@ -353,7 +353,8 @@ MEASURED_COLUMNS = (
     Column("wall_min", "wall (min)", "wall (min)"),
 )
 SPREAD = ("dev_ppl", "dev_bleu", "dev_bleu_tok")  # shown as mean ± std; the other measures as means
-DIGITS = {"dev_ppl": 2, "dev_bleu": 1, "dev_bleu_tok": 1, "params_m": 1, "steps": 0, "tokens_per_s": 0, "wall_min": 1}
+# Decimals per measured cell; dev PPL's are the row's own (RowResult.ppl_digits).
+DIGITS = {"dev_bleu": 1, "dev_bleu_tok": 1, "params_m": 1, "steps": 0, "tokens_per_s": 0, "wall_min": 1}
 
 
 def columns(table: Table) -> tuple[Column, ...]:
@@ -394,12 +395,11 @@ def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[
     for key, value in result.paper_units.items():
         cells[key] = value if result is base or value != base.paper_units[key] else ""
     ppl_digits = result.ppl_digits(base)
-    for key, digits in DIGITS.items():
-        places = ppl_digits if key == "dev_ppl" else digits
+    for key, digits in {"dev_ppl": ppl_digits, **DIGITS}.items():
         if key in SPREAD:
-            cells[key] = stat_cell(result.stats[key], places) if result.done else result.status
+            cells[key] = stat_cell(result.stats[key], digits) if result.done else result.status
         else:
-            cells[key] = fixed(result.mean(key), places)
+            cells[key] = fixed(result.mean(key), digits)
     paper, delta = result.row.paper, deltas(result, base)
     cells.update(
         {
