@@ -234,6 +234,35 @@ def test_slots_with_several_gpus_per_run(monkeypatch):
         processes.make_slots(1, cores=[0], gpus=["0"], gpus_per_run=2)
 
 
+def fake_process(proc: Path, pid: int, argv: list[str], env: dict[str, str]) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(arg.encode() for arg in argv) + b"\0")
+    (proc / str(pid) / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+
+
+def test_a_sweep_beside_running_trainers_is_warned_that_it_oversubscribes_the_cores(tmp_path):
+    """Two sweeps side by side each pin their runs to the same cores; the second hears so before it starts."""
+    python = "/venv/bin/python"
+    fake_process(
+        tmp_path, 101, [python, "-m", "ablations.cli", "train", "--config", "c.yaml"], {"OMP_NUM_THREADS": "2"}
+    )
+    fake_process(tmp_path, 102, [python, "/venv/bin/ablate", "train", "--config", "c.yaml"], {"HOME": "/root"})
+    fake_process(tmp_path, 103, [python, "/venv/bin/ablate", "sweep", "sweeps/table3.yaml"], {"OMP_NUM_THREADS": "1"})
+    fake_process(tmp_path, 104, [python, "-m", "pytest", "tests/test_train.py"], {"OMP_NUM_THREADS": "1"})
+    (tmp_path / "self").mkdir()  # /proc's non-process entries are not read
+    assert processes.training_processes(tmp_path) == {101: 2, 102: os.cpu_count()}  # no OMP_NUM_THREADS: every core
+
+    two = processes.make_slots(2, cores=[0, 1], gpus=[])
+    warning = processes.oversubscription_warning(two, cores=[0, 1], running={101: 1})
+    assert warning and "pid 101" in warning and "3 on 2 core(s)" in warning
+    assert processes.oversubscription_warning(two, cores=[0, 1], running={}) is None
+    assert processes.oversubscription_warning(two[:1], cores=[0, 1], running={101: 1}) is None  # 1 + 1 fit on 2
+    four = processes.make_slots(2, cores=range(4), gpus=[])
+    assert processes.oversubscription_warning(four, cores=range(4), running={101: 1}) is not None  # 2 × 2 threads + 1
+    on_gpus = processes.make_slots(2, cores=[0, 1], gpus=["0", "1"])
+    assert processes.oversubscription_warning(on_gpus, cores=[0, 1], running={101: 2}) is None  # GPUs do the work
+
+
 def test_rank_detection(monkeypatch):
     from ablations.train import is_rank_zero
 

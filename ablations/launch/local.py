@@ -29,6 +29,7 @@ from .processes import (
     emulated_bf16_warning,
     log_tail,
     make_slots,
+    oversubscription_warning,
     signal_group,
     slot_command,
 )
@@ -387,6 +388,9 @@ def run_sweep(
         cache: dict = {}
         workers = auto_workers(max((estimates(run, cache).params for run in runs), default=None), gpus_per_run)
     slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
+    warning = oversubscription_warning(slots[: len([run for run in runs if folder_status(run.dir) != "done"])])
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     if dry_run:
         print_plan(
             runs,

@@ -45,6 +45,48 @@ def emulated_bf16_warning(precisions: Sequence[str], on_gpu: Optional[bool] = No
     )
 
 
+def training_processes(proc: Path = Path("/proc")) -> dict[int, int]:
+    """The `ablate train` processes already running on this host that this user may inspect, as {pid: threads}
+    (their OMP_NUM_THREADS, else every core: PyTorch's default); {} where there is no /proc (not Linux)."""
+    found = {}
+    for entry in proc.glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not (b"train" in argv[1:4] and any(arg.endswith((b"ablations.cli", b"ablate")) for arg in argv[:3])):
+                continue
+            environ = dict(
+                item.split(b"=", 1) for item in (entry / "environ").read_bytes().split(b"\0") if b"=" in item
+            )
+        except (OSError, IndexError):  # gone meanwhile, or another user's
+            continue
+        threads = environ.get(b"OMP_NUM_THREADS", b"").decode(errors="replace").strip()
+        found[int(entry.name)] = int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
+    return found
+
+
+def oversubscription_warning(
+    slots: Sequence[Slot], cores: Optional[Sequence[int]] = None, running: Optional[Mapping[int, int]] = None
+) -> Optional[str]:
+    """The warning for a sweep whose runs, beside the training processes already running (`running`: {pid:
+    threads}, default training_processes()), would ask for more threads than the cores it may use; None where
+    they fit. Two sweeps on one machine each pin their runs to the same cores, so every run slows and the minutes
+    their records price include the contention."""
+    cores = list(available_cores() if cores is None else cores)
+    running = training_processes() if running is None else running
+    if not running or not slots:
+        return None
+    theirs, ours = sum(running.values()), sum(slot.threads * slot.devices for slot in slots if slot.gpu is None)
+    if theirs + ours <= len(cores):
+        return None
+    pids = ", ".join(str(pid) for pid in sorted(running)[:8]) + (", ..." if len(running) > 8 else "")
+    return (
+        f"warning: {len(running)} training process(es) already run on this machine (pid {pids}; {theirs} "
+        f"thread(s) in all); with this sweep's {ours} thread(s) that is {theirs + ours} on {len(cores)} core(s). "
+        "Every run slows and the minutes its record prices include the contention: wait for them, or run one "
+        "sweep with more --workers instead of several side by side."
+    )
+
+
 def pin_cpus_from_env() -> None:
     """`ablate train` under the launcher: keep to the cores named in ABLATE_CPUS (Linux only)."""
     spec = os.environ.get(CPUS_ENV, "").strip()

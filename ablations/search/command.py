@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from ..launch.processes import GRACE_SECONDS, make_slots, train_command
+from ..launch.processes import GRACE_SECONDS, make_slots, oversubscription_warning, train_command
 from ..records import blocking_lock, write_atomic
 from ..sweep import canonical_key, load_sweep, resolve, scales_for
 from .spec import Search, load_search
@@ -148,6 +148,9 @@ def run_search(
         flush=True,
     )
     slots = make_slots(workers)
+    warning = oversubscription_warning(slots[:trials])
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     plans = [
         WorkerPlan(
             str(search.path),
