@@ -200,6 +200,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         published=args.published,
         nodes=args.nodes,
         as_json=args.json,
+        order=args.order,
     )
 
 
@@ -485,6 +486,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", default="runs", help="root of run folders (default: runs/)")
     sweep.add_argument("--dry-run", action="store_true", help="print the runs, their status and cost; train nothing")
     sweep.add_argument("--retry-failed", action="store_true", help="also rerun failed and diverged runs")
+    sweep.add_argument(
+        "--order",
+        default="longest",
+        metavar="longest|cheapest",
+        help="which runs start first, by FLOPs: longest (default: the shortest wall time for the whole sweep) or "
+        "cheapest (the most finished runs soonest, on a machine held for a limited time)",
+    )
     sweep.add_argument(
         "--no-reuse",
         action="store_true",

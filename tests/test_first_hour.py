@@ -88,6 +88,7 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     other = "bf16-mixed" if done.spec.config.train.precision != "bf16-mixed" else "32-true"
     assert dry_run.run_cost(plan(path, "test", out=out, sets={"train.precision": other})[0], costs) is None
     assert dry_run.expected_wall([100.0, 60.0, 50.0], 2) == 110.0
+    assert dry_run.expected_wall([100.0, 60.0, 50.0], 2, order="cheapest") == 150.0  # 50 then 100 on one worker
     assert (
         local.run_sweep(path, "test", workers="auto", out=out, dry_run=True, sets={"train.max_steps": 2 * steps}) == 0
     )

@@ -207,6 +207,8 @@ def test_slurm_cli_errors(corpus, tmp_path, capsys):
         cli.main(sweep_args(path, out, "--launcher", "slurm", "--gpus-per-run", "2", "--slurm-gpus-per-node", "4")) == 2
     )
     assert "disagree" in capsys.readouterr().err
+    assert cli.main(sweep_args(path, out, "--launcher", "slurm", "--order", "cheapest")) == 2
+    assert "only the local launcher orders runs" in capsys.readouterr().err
     if not any(Path(d, "srun").exists() for d in os.environ.get("PATH", "").split(os.pathsep)):
         assert cli.main(sweep_args(path, out, "--launcher", "slurm")) == 2  # no SLURM on this machine: a clear error
         assert "no SLURM found" in capsys.readouterr().err

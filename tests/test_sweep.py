@@ -532,13 +532,17 @@ def test_the_live_view_renders(corpus, tmp_path):
     assert "base-s0" in text and "1 running" in text and "ETA 2m00s" in text and "1m05s" in text
 
 
-def test_costliest_runs_start_first_and_the_eta_weighs_runs_by_cost(corpus, tmp_path):
+def test_costliest_runs_start_first_unless_asked_for_the_cheapest_and_the_eta_weighs_runs_by_cost(corpus, tmp_path):
     path = write_sweep(tmp_path, corpus, {"base": {}, "wide": {"d_model": 1024, "d_ff": 4096}, "deep": {"N": 8}})
     runs = plan.plan(path, "test", out=tmp_path / "runs")
     launcher = local.Launcher(runs, processes.make_slots(2, cores=[0, 1], gpus=[]))
-    order = [run.spec.row for run in launcher.longest_first(runs)]
-    costs = [launcher.flops[id(run)] for run in launcher.longest_first(runs)]
+    order = [run.spec.row for run in launcher.ordered(runs)]
+    costs = [launcher.flops[id(run)] for run in launcher.ordered(runs)]
     assert costs == sorted(costs, reverse=True) and order[-1] == "base"
+    cheapest_first = local.Launcher(runs, processes.make_slots(2, cores=[0, 1], gpus=[]), order="cheapest")
+    assert [run.spec.row for run in cheapest_first.ordered(runs)] == order[::-1]  # --order cheapest
+    with pytest.raises(ValueError, match="--order 'fast': expected longest or cheapest"):
+        local.Launcher(runs, processes.make_slots(1, cores=[0], gpus=[]), order="fast")
     cheapest, costliest = min(costs), max(costs)
     launcher.finished_flops, launcher.finished_seconds = cheapest, 10.0  # 10 s per `cheapest` FLOPs
     assert launcher.eta() == pytest.approx(10.0 * sum(costs) / cheapest / 2)

@@ -135,10 +135,19 @@ def wall_guess(runs: list[Run], costs: dict[Any, Any], flops_of: dict[str, float
     return fit_wall_guess(measured)
 
 
-def expected_wall(seconds: list[float], workers: int) -> float:
-    """The makespan of runs of these costs, longest first, each to the worker free first (what the launcher does)."""
+ORDERS = ("longest", "cheapest")  # `ablate sweep --order`: which runs start first
+
+
+def check_order(order: str) -> str:
+    if order not in ORDERS:
+        raise ValueError(f"--order {order!r}: expected {' or '.join(ORDERS)}")
+    return order
+
+
+def expected_wall(seconds: list[float], workers: int, order: str = "longest") -> float:
+    """The makespan of runs of these costs, in `order`, each to the worker free first (what the launcher does)."""
     free = [0.0] * max(1, workers)
-    for cost in sorted(seconds, reverse=True):
+    for cost in sorted(seconds, reverse=check_order(order) == "longest"):
         free[free.index(min(free))] += cost
     return max(free)
 
@@ -184,6 +193,7 @@ def print_plan(
     devices: int = 1,
     as_json: bool = False,
     results: Optional[Path] = None,
+    order: str = "longest",
 ) -> None:
     """The dry run's table and totals for runs of `devices` devices each (all nodes'); with `costs`, the expected
     wall time of the runs left to train (not those `taken`: pending runs that will take a done twin's record
@@ -205,7 +215,7 @@ def print_plan(
         "gpu_hours_to_run": sum(row["gpu_hours"] for row in todo),
     }
     workers = max(1, len(slots))
-    total["wall_hours_to_run"] = expected_wall([row["wall_hours"] for row in todo], workers)
+    total["wall_hours_to_run"] = expected_wall([row["wall_hours"] for row in todo], workers, order)
     if as_json:
         print(json.dumps({"runs": rows, "total": total, "workers": workers, "basis": bases}, indent=2))
         return
@@ -240,7 +250,7 @@ def print_plan(
     )
     gpu_hours_line = (
         f"GPU-hours ≈ {total['gpu_hours']:.3g} in all, {total['gpu_hours_to_run']:.3g} still to run; on {workers} "
-        f"worker(s) of {devices} GPU(s) ≈ {total['wall_hours_to_run']:.3g} h wall (training only, longest first, "
+        f"worker(s) of {devices} GPU(s) ≈ {total['wall_hours_to_run']:.3g} h wall (training only, {order} first, "
         "perfect scaling over a run's devices"
     )
     if slots and all(slot.gpu is None for slot in slots):
@@ -272,7 +282,7 @@ def print_plan(
             )
         else:
             console.print(
-                f"expected wall time ≈ {duration(expected_wall(known, workers))} on {workers} "
+                f"expected wall time ≈ {duration(expected_wall(known, workers, order))} on {workers} "
                 f"worker(s), from the measured seconds of finished runs (same run id, or same row at this scale; a resumed "
                 "run's whole work, not its last attempt)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
@@ -285,7 +295,7 @@ def print_plan(
             ]
             console.print(
                 f"with the {unknown} unmeasured run(s) guessed from their FLOPs and layer-steps by {guess.basis}: "
-                f"≈ {duration(expected_wall(guessed, workers))} on {workers} worker(s), {duration(sum(guessed))} of "
+                f"≈ {duration(expected_wall(guessed, workers, order))} on {workers} worker(s), {duration(sum(guessed))} of "
                 "worker time (a guess until each row has a finished run)",
                 markup=False,
             )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..records import CONFIG_FILE, LOCKED_ENV, folder_status, read_metrics, update_metrics
-from .dry_run import duration, estimates, measured_costs, print_plan
+from .dry_run import check_order, duration, estimates, measured_costs, print_plan
 from .plan import Run, claim, plan, print_skipped, report, reuse_finished_twins, select, take_published, twin_of
 from .processes import (
     GRACE_SECONDS,
@@ -124,8 +124,10 @@ class Launcher:
         retry_failed: bool = False,
         live: Optional[bool] = None,
         grace: float = GRACE_SECONDS,
+        order: str = "longest",
     ) -> None:
         self.runs = runs
+        self.order = check_order(order)
         self.slots = slots
         self.retry_failed = retry_failed
         self.grace = grace
@@ -163,9 +165,10 @@ class Launcher:
                 left += max(self.flops[id(run)] * rate - (run.elapsed or 0.0), 0.0)
         return left / len(self.slots)
 
-    def longest_first(self, runs: list[Run]) -> list[Run]:
-        """The costliest runs start first, so that no long run starts last while the other workers sit idle."""
-        return sorted(runs, key=lambda run: -self.flops[id(run)])
+    def ordered(self, runs: list[Run]) -> list[Run]:
+        """By FLOPs, the costliest first (`longest`: no long run starts last while the other workers sit idle) or
+        the cheapest (`cheapest`: the most finished runs soonest, on a machine held for a limited time)."""
+        return sorted(runs, key=lambda run: self.flops[id(run)], reverse=self.order == "longest")
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signals.append(signum)
@@ -268,7 +271,7 @@ class Launcher:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        queue: deque[Run] = deque(self.longest_first(select(self.runs, self.retry_failed)))
+        queue: deque[Run] = deque(self.ordered(select(self.runs, self.retry_failed)))
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -328,6 +331,7 @@ def run_sweep(
     published: Optional[str | Path] = "results",
     nodes: int = 1,
     as_json: bool = False,
+    order: str = "longest",
 ) -> int:
     """`ablate sweep`: 0 when every run of the selection ends `done`; 1 otherwise; 128 + signal when stopped.
 
@@ -340,6 +344,8 @@ def run_sweep(
     """
     if nodes < 1:
         raise ValueError(f"--nodes {nodes}: expected a positive integer")
+    if check_order(order) != "longest" and slurm is not None:
+        raise ValueError(f"--order {order}: only the local launcher orders runs (SLURM schedules its job array)")
     if slurm is not None and slurm.nodes != nodes:
         raise ValueError(f"nodes = {nodes} and the SLURM options' nodes = {slurm.nodes} disagree")
     if nodes > 1 and slurm is None and not dry_run:
@@ -400,6 +406,7 @@ def run_sweep(
             taken=twins,
             devices=gpus_per_run * nodes,
             as_json=as_json,
+            order=order,
         )
         return 0
-    return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace).run()
+    return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace, order=order).run()
