@@ -394,7 +394,7 @@ def run_sweep(
         cache: dict = {}
         workers = auto_workers(max((estimates(run, cache).params for run in runs), default=None), gpus_per_run)
     slots = make_slots(workers or default_workers(gpus_per_run), gpus_per_run=gpus_per_run)
-    warning = oversubscription_warning(slots[: len([run for run in runs if folder_status(run.dir) != "done"])])
+    warning = oversubscription_warning(slots[: len(to_train)])  # the slots that will hold a run
     if warning:
         print(warning, file=sys.stderr, flush=True)
     if dry_run:
