@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from test_sweep import folders, sweep_args, write_sweep
@@ -236,33 +237,58 @@ def test_slots_with_several_gpus_per_run(monkeypatch):
         processes.make_slots(1, cores=[0], gpus=["0"], gpus_per_run=2)
 
 
-def fake_process(proc: Path, pid: int, argv: list[str], env: dict[str, str]) -> None:
+def fake_process(proc: Path, pid: int, argv: list[str], env: dict[str, str], cores: Optional[str] = None) -> None:
     (proc / str(pid)).mkdir(parents=True)
     (proc / str(pid) / "cmdline").write_bytes(b"\0".join(arg.encode() for arg in argv) + b"\0")
     (proc / str(pid) / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+    if cores is not None:
+        (proc / str(pid) / "status").write_text(f"Name:\tpython3\nCpus_allowed_list:\t{cores}\nVoluntary:\t1\n")
 
 
-def test_a_sweep_beside_running_trainers_is_warned_that_it_oversubscribes_the_cores(tmp_path):
+def test_a_sweep_beside_running_trainers_is_warned_that_it_oversubscribes_the_cores(tmp_path, monkeypatch):
     """Two sweeps side by side each pin their runs to the same cores; the second hears so before it starts."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the slots' threads: their share of the cores, uncapped
     python = "/venv/bin/python"
     fake_process(
-        tmp_path, 101, [python, "-m", "ablations.cli", "train", "--config", "c.yaml"], {"OMP_NUM_THREADS": "2"}
+        tmp_path, 101, [python, "-m", "ablations.cli", "train", "--config", "c.yaml"], {"OMP_NUM_THREADS": "2"}, "0-1,3"
     )
     fake_process(tmp_path, 102, [python, "/venv/bin/ablate", "train", "--config", "c.yaml"], {"HOME": "/root"})
     fake_process(tmp_path, 103, [python, "/venv/bin/ablate", "sweep", "sweeps/table3.yaml"], {"OMP_NUM_THREADS": "1"})
     fake_process(tmp_path, 104, [python, "-m", "pytest", "tests/test_train.py"], {"OMP_NUM_THREADS": "1"})
     (tmp_path / "self").mkdir()  # /proc's non-process entries are not read
-    assert processes.training_processes(tmp_path) == {101: 2, 102: os.cpu_count()}  # no OMP_NUM_THREADS: every core
+    every = os.cpu_count()
+    assert processes.training_processes(tmp_path) == {  # no OMP_NUM_THREADS or no Cpus_allowed_list: every core
+        101: processes.TrainingProcess(2, frozenset({0, 1, 3})),
+        102: processes.TrainingProcess(every, frozenset(range(every))),
+    }
+
+    def on(*cores: int, threads: int = 1) -> processes.TrainingProcess:
+        return processes.TrainingProcess(threads, frozenset(cores))
 
     two = processes.make_slots(2, cores=[0, 1], gpus=[])
-    warning = processes.oversubscription_warning(two, cores=[0, 1], running={101: 1})
+    warning = processes.oversubscription_warning(two, cores=[0, 1], running={101: on(0, 1)})
     assert warning and "pid 101" in warning and "3 on 2 core(s)" in warning
     assert processes.oversubscription_warning(two, cores=[0, 1], running={}) is None
-    assert processes.oversubscription_warning(two[:1], cores=[0, 1], running={101: 1}) is None  # 1 + 1 fit on 2
+    assert processes.oversubscription_warning(two[:1], cores=[0, 1], running={101: on(1)}) is None  # 1 + 1 fit on 2
     four = processes.make_slots(2, cores=range(4), gpus=[])
-    assert processes.oversubscription_warning(four, cores=range(4), running={101: 1}) is not None  # 2 × 2 threads + 1
+    assert processes.oversubscription_warning(four, cores=range(4), running={101: on(3)}) is not None  # 2 × 2 + 1
     on_gpus = processes.make_slots(2, cores=[0, 1], gpus=["0", "1"])
-    assert processes.oversubscription_warning(on_gpus, cores=[0, 1], running={101: 2}) is None  # GPUs do the work
+    assert processes.oversubscription_warning(on_gpus, cores=[0, 1], running={101: on(0, 1, threads=2)}) is None
+
+    # Sweeps pinned to disjoint cores (`taskset -c 0 ablate sweep ...` beside `taskset -c 1 ...`) do not meet; a
+    # process on several cores counts with the threads it can put on ours.
+    one = processes.make_slots(1, cores=[0], gpus=[])
+    assert processes.oversubscription_warning(one, cores=[0], running={101: on(1)}) is None
+    assert processes.oversubscription_warning(one, cores=[0], running={101: on(0)}) is not None
+    assert processes.oversubscription_warning(two[:1], cores=[0, 1], running={101: on(1, 2, 3, threads=4)}) is None
+
+
+def test_core_lists_and_thread_counts_parse_as_linux_and_openmp_write_them():
+    assert processes.core_list("0-3,6") == frozenset({0, 1, 2, 3, 6})
+    assert processes.core_list("5\n") == frozenset({5})
+    assert processes.thread_count(" 4 ") == 4
+    assert processes.thread_count("0") is None and processes.thread_count("") is None
+    assert processes.thread_count("4,2") is None  # a nested OpenMP list: not one count
 
 
 def test_rank_detection(monkeypatch):

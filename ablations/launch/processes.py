@@ -19,7 +19,7 @@ LOG_FILE = "train.log"  # <run>/train.log: the training process's stdout and std
 # One that exits at once is not kept waiting, so a long bound costs nothing; it lets a trainer finish writing a
 # checkpoint (a big model's, on a slow or network file system) rather than lose it.
 GRACE_SECONDS = 30.0
-CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1": the cores `ablate train` pins itself to
+CPUS_ENV = "ABLATE_CPUS"  # e.g. "0,1" or "0-3": the cores `ablate train` pins itself to
 
 
 def emulated_bf16_warning(precisions: Sequence[str], on_gpu: Optional[bool] = None) -> Optional[str]:
@@ -45,9 +45,36 @@ def emulated_bf16_warning(precisions: Sequence[str], on_gpu: Optional[bool] = No
     )
 
 
-def training_processes(proc: Path = Path("/proc")) -> dict[int, int]:
-    """The `ablate train` processes already running on this host that this user may inspect, as {pid: threads}
-    (their OMP_NUM_THREADS, else every core: PyTorch's default); {} where there is no /proc (not Linux)."""
+def thread_count(value: str) -> Optional[int]:
+    """An OMP_NUM_THREADS value as a positive thread count; None when unset or not one (PyTorch then uses every
+    core)."""
+    value = value.strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def core_list(spec: str) -> frozenset[int]:
+    """A Linux CPU list such as /proc's Cpus_allowed_list ("0-3,6") as its cores."""
+    cores: set[int] = set()
+    for part in spec.strip().split(","):
+        if part.strip():
+            first, _, last = part.partition("-")
+            cores.update(range(int(first), int(last or first) + 1))
+    return frozenset(cores)
+
+
+@dataclass(frozen=True)
+class TrainingProcess:
+    """An `ablate train` process found running on this host: its threads and the cores it may run on."""
+
+    threads: int
+    cores: frozenset[int]
+
+
+def training_processes(proc: Path = Path("/proc")) -> dict[int, TrainingProcess]:
+    """The `ablate train` processes already running on this host that this user may inspect, by pid: their
+    threads (OMP_NUM_THREADS, else every core: PyTorch's default) and cores (Cpus_allowed_list, else every core);
+    {} where there is no /proc (not Linux)."""
+    every_core = frozenset(range(os.cpu_count() or 1))
     found = {}
     for entry in proc.glob("[0-9]*"):
         try:
@@ -59,28 +86,41 @@ def training_processes(proc: Path = Path("/proc")) -> dict[int, int]:
             )
         except (OSError, IndexError):  # gone meanwhile, or another user's
             continue
-        threads = environ.get(b"OMP_NUM_THREADS", b"").decode(errors="replace").strip()
-        found[int(entry.name)] = int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
+        cores = every_core
+        try:
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    cores = core_list(line.split(":", 1)[1]) or every_core
+        except (OSError, ValueError):  # gone meanwhile, or a kernel without the field
+            pass
+        threads = thread_count(environ.get(b"OMP_NUM_THREADS", b"").decode(errors="replace"))
+        found[int(entry.name)] = TrainingProcess(threads or len(every_core), cores)
     return found
 
 
 def oversubscription_warning(
-    slots: Sequence[Slot], cores: Optional[Sequence[int]] = None, running: Optional[Mapping[int, int]] = None
+    slots: Sequence[Slot],
+    cores: Optional[Sequence[int]] = None,
+    running: Optional[Mapping[int, TrainingProcess]] = None,
 ) -> Optional[str]:
-    """The warning for a sweep whose runs, beside the training processes already running (`running`: {pid:
-    threads}, default training_processes()), would ask for more threads than the cores it may use; None where
-    they fit. Two sweeps on one machine each pin their runs to the same cores, so every run slows and the minutes
-    their records price include the contention."""
+    """The warning for a sweep whose runs, beside the training processes already running on its cores (`running`,
+    default training_processes()), would ask for more threads than the cores it may use (`cores`, default this
+    process's); None where they fit. Two sweeps on one machine each pin their runs to the same cores, so every run
+    slows and the minutes their records price include the contention; sweeps pinned to disjoint cores (`taskset`)
+    do not meet."""
     cores = list(available_cores() if cores is None else cores)
     running = training_processes() if running is None else running
-    if not running or not slots:
+    ours_cores = frozenset(cores)
+    # A process counts with at most as many threads as it has of our cores.
+    sharing = {pid: min(p.threads, len(p.cores & ours_cores)) for pid, p in running.items() if p.cores & ours_cores}
+    if not sharing or not slots:
         return None
-    theirs, ours = sum(running.values()), sum(slot.threads * slot.devices for slot in slots if slot.gpu is None)
+    theirs, ours = sum(sharing.values()), sum(slot.threads * slot.devices for slot in slots if slot.gpu is None)
     if theirs + ours <= len(cores):
         return None
-    pids = ", ".join(str(pid) for pid in sorted(running)[:8]) + (", ..." if len(running) > 8 else "")
+    pids = ", ".join(str(pid) for pid in sorted(sharing)[:8]) + (", ..." if len(sharing) > 8 else "")
     return (
-        f"warning: {len(running)} training process(es) already run on this machine (pid {pids}; {theirs} "
+        f"warning: {len(sharing)} training process(es) already run on this sweep's cores (pid {pids}; {theirs} "
         f"thread(s) in all); with this sweep's {ours} thread(s) that is {theirs + ours} on {len(cores)} core(s). "
         "Every run slows and the minutes its record prices include the contention: wait for them, or run one "
         "sweep with more --workers instead of several side by side."
@@ -93,7 +133,7 @@ def pin_cpus_from_env() -> None:
     if not spec or not hasattr(os, "sched_setaffinity"):
         return
     try:
-        os.sched_setaffinity(0, {int(c) for c in spec.split(",") if c.strip()})
+        os.sched_setaffinity(0, core_list(spec))
     except (ValueError, OSError) as error:
         print(f"ablate train: warning: cannot pin to cores {spec!r} ({error}); using all", file=sys.stderr)
 
@@ -148,8 +188,8 @@ def make_slots(
         raise ValueError(f"--gpus-per-run {gpus_per_run}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
     groups = [",".join(gpus[g * gpus_per_run : (g + 1) * gpus_per_run]) for g in range(len(gpus) // gpus_per_run)]
     share = max(1, len(cores) // workers)
-    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
-    threads = min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
+    cap = thread_count(os.environ.get("OMP_NUM_THREADS", ""))
+    threads = min(share, cap) if cap else share
     if not groups:  # G CPU processes share the slot's cores
         threads = max(1, threads // gpus_per_run)
     slots = []
