@@ -4,6 +4,7 @@ Command line, in a folder holding only copies of its inputs, it comes out byte f
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import shlex
@@ -110,12 +111,20 @@ def readme_row_tables() -> tuple[ReadmeTable, ...]:
         if named is None:
             continue
         body = body.split("\n## ", 1)[0]
-        lines = [line for line in body.splitlines() if line.startswith("| ")]
-        header = [cell.strip() for cell in lines[0].strip("|").split("|")] if lines else []
-        if header[:1] == ["row"] and any(cell.startswith("Δ ") for cell in header):
-            rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
-            quoted = [line[len("> - ") :] for line in body.splitlines() if line.startswith("> - ")]
-            found.append(ReadmeTable(named.group(1), heading, header, rows, quoted))
+        # Tables are runs of `|` lines (header, `|---|` rule, rows); the per-row one is the first with a `row` column
+        # and a Δ column (a probe's curve points, say, have rows of their own).
+        blocks = [
+            list(lines)
+            for is_table, lines in itertools.groupby(body.splitlines(), lambda line: line.startswith("|"))
+            if is_table
+        ]
+        for lines in blocks:
+            header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+            if header[:1] == ["row"] and any(cell.startswith("Δ ") for cell in header):
+                rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+                quoted = [line[len("> - ") :] for line in body.splitlines() if line.startswith("> - ")]
+                found.append(ReadmeTable(named.group(1), heading, header, rows, quoted))
+                break
     return tuple(found)
 
 
