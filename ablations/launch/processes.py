@@ -91,6 +91,7 @@ def training_processes(proc: Path = Path("/proc")) -> dict[int, TrainingProcess]
             for line in (entry / "status").read_text().splitlines():
                 if line.startswith("Cpus_allowed_list:"):
                     cores = core_list(line.split(":", 1)[1]) or every_core
+                    break
         except (OSError, ValueError):  # gone meanwhile, or a kernel without the field
             pass
         threads = thread_count(environ.get(b"OMP_NUM_THREADS", b"").decode(errors="replace"))
@@ -112,7 +113,7 @@ def oversubscription_warning(
     running = training_processes() if running is None else running
     ours_cores = frozenset(cores)
     # A process counts with at most as many threads as it has of our cores.
-    sharing = {pid: min(p.threads, len(p.cores & ours_cores)) for pid, p in running.items() if p.cores & ours_cores}
+    sharing = {pid: min(p.threads, shared) for pid, p in running.items() if (shared := len(p.cores & ours_cores))}
     if not sharing or not slots:
         return None
     theirs, ours = sum(sharing.values()), sum(slot.threads * slot.devices for slot in slots if slot.gpu is None)
