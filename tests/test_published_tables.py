@@ -69,6 +69,8 @@ def glance_cell(row: dict | None) -> str:
         return "no finished run"
     metric = f" ({row['judged_on'].upper()})" if row.get("judged_on") else ""
     seeds = len(row["seeds"])
+    if row.get("interim"):
+        return f"{row['verdict']}{metric}, interim, {seeds} of {row['seeds_expected']} seeds"
     return f"{row['verdict']}{metric}, {seeds} seed{'' if seeds == 1 else 's'}"
 
 

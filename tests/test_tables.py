@@ -231,7 +231,7 @@ def test_rows_carry_seed_paired_intervals_and_a_verdict_against_the_paper(projec
     assert rows["A1"]["Δ BLEU 95 % CI"] == f"[{3.5 - half:+.1f}, {3.5 + half:+.1f}]"
     assert rows["A1"]["verdict"] == "unresolved (PPL)"  # the paper's large effect is on PPL; two seeds don't resolve it
     # A2 has one done seed: no interval, never evidence.
-    assert rows["A2"]["Δ BLEU 95 % CI"] == "" and rows["A2"]["verdict"] == "unresolved"
+    assert rows["A2"]["Δ BLEU 95 % CI"] == "" and rows["A2"]["verdict"] == "unresolved, interim"  # s1 running
     assert any(note.startswith("Verdicts: unresolved") for note in table.notes)
     # the large effects' line names those that do not agree too, not only the count that does
     (large,) = [note for note in table.notes if note.startswith("Of the paper's")]
@@ -250,6 +250,37 @@ def test_the_table_data_carries_verdicts_intervals_and_seeds(project):
     assert stats["A1"]["seeds"] == [0, 1] and len(stats["A1"]["delta_bleu_ci"]) == 2
     assert stats["A1"]["verdict"] == "unresolved" and stats["A1"]["judged_on"] == "ppl"
     assert stats["A2"]["delta_ppl_ci"] is None and stats["A2"]["seeds"] == [0]
+
+
+def test_a_verdict_before_the_rows_seeds_have_all_finished_is_marked_interim(tmp_path):
+    """A1 resolves on 2 of its 3 seeds: the table shows the look but names it interim in every format, since the
+    verdict is the one on all the seeds fixed before training (stopping at the first look that passes inflates its
+    error rate). A finished row with a failed seed is final, not interim."""
+    from ablations.report import write_outputs
+
+    specs = write_project(tmp_path, "mini", SWEEP.replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
+    runs = tmp_path / "runs"
+    for seed, (base_ppl, a1_ppl) in enumerate([(5.0, 5.5), (5.4, 5.901)]):
+        write_run(runs, specs["base", seed], "done", **done(20.0, base_ppl))
+        write_run(runs, specs["A1", seed], "done", **done(20.0, a1_ppl))
+        write_run(runs, specs["A2", seed], "done", **done(20.0, base_ppl))
+    write_run(runs, specs["base", 2], "done", **done(20.0, 5.2))
+    write_run(runs, specs["A2", 2], "failed", error="boom")
+    write_run(runs, specs["A1", 2], "running")
+    table, _ = make(tmp_path)
+    rows = markdown_rows((tmp_path / "results" / "mini_tiny.md").read_text(encoding="utf-8"))
+    assert (rows["A1"]["verdict"], rows["A1"]["seeds"]) == ("agrees (PPL), interim", "2/3 (s2 running)")
+    assert not rows["A2"]["verdict"].endswith("interim")  # its third seed failed: nothing left to wait for
+    notes = "\n".join(table.notes)
+    assert "agrees 1 (A1 interim)" in notes and "Interim, judged before all the seeds" in notes
+    assert "A1 on 2 of 3" in notes and "A2 on" not in notes
+    write_outputs(table, tmp_path / "results")
+    stats = {row["row"]: row for row in json.loads((tmp_path / "results" / "mini_tiny.json").read_text())["statistics"]}
+    assert (stats["A1"]["interim"], stats["A1"]["seeds"], stats["A1"]["seeds_expected"]) == (True, [0, 1], 3)
+    assert (stats["A2"]["interim"], stats["A2"]["seeds_expected"]) == (False, 3)
+    csv_lines = (tmp_path / "results" / "mini_tiny.csv").read_text(encoding="utf-8").splitlines()
+    a1 = dict(zip(csv_lines[0].split(","), csv_lines[2].split(",")))
+    assert (a1["row"], a1["verdict"], a1["interim"]) == ("A1", "agrees", "true")
 
 
 def test_records_are_published_and_the_table_rebuilds_from_results_alone(project):

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..records import run_seconds
 from ..sweep import Row
-from .collect import RunRecord
+from .collect import PUBLISHED, RunRecord
 from .stats import Judgement, RowEvidence
 
 
@@ -63,6 +63,18 @@ class RowResult:
     @property
     def done(self) -> list[RunRecord]:
         return [run for run in self.runs if run.done]
+
+    @property
+    def awaiting(self) -> list[RunRecord]:
+        """The seeds its scale expects that have not finished: not yet trained, or training."""
+        return [run for run in self.runs if run.status not in PUBLISHED]
+
+    @property
+    def interim(self) -> bool:
+        """Judged before all its expected seeds finished: a look on the way, not the row's verdict. The verdict is the
+        one on the seed count fixed before training; stopping at the first look that passes would inflate its error
+        rate (optional stopping)."""
+        return self.judgement is not None and bool(self.awaiting)
 
     @property
     def status(self) -> str:

@@ -386,7 +386,8 @@ def verdict_cell(result: RowResult) -> str:
     if result.judgement is None:
         return ""
     on = result.judgement.judged_on
-    return result.judgement.verdict + (f" ({'PPL' if on == 'ppl' else 'BLEU'})" if on else "")
+    text = result.judgement.verdict + (f" ({'PPL' if on == 'ppl' else 'BLEU'})" if on else "")
+    return f"{text}, interim" if result.interim else text
 
 
 def display_cells(result: RowResult, base: RowResult, show_group: bool) -> dict[str, str]:
@@ -472,6 +473,7 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
         "paired_seeds",
         "verdict",
         "judged_on",
+        "interim",
         "paper_ppl",
         "paper_bleu",
         "paper_params_m",
@@ -500,6 +502,7 @@ def csv_rows(table: Table) -> tuple[list[str], list[list[str]]]:
             "" if evidence is None else " ".join(map(str, evidence.bleu.seeds)),
             "" if result.judgement is None else result.judgement.verdict,
             "" if result.judgement is None or result.judgement.judged_on is None else result.judgement.judged_on,
+            "" if result.judgement is None else str(result.interim).lower(),
             csv_number(figures.ppl),
             csv_number(figures.bleu),
             csv_number(figures.params_m),
@@ -528,6 +531,7 @@ def row_statistics(table: Table) -> list[dict[str, Any]]:
                 "row": result.row.id,
                 "verdict": None if judgement is None else judgement.verdict,
                 "judged_on": None if judgement is None else judgement.judged_on,
+                "interim": result.interim,
                 "p_holm": None if judgement is None else judgement.p_holm,
                 "p_equivalence": None if judgement is None else judgement.p_equivalence,
                 "delta_bleu": result.evidence.bleu.mean,
@@ -535,6 +539,7 @@ def row_statistics(table: Table) -> list[dict[str, Any]]:
                 "delta_bleu_ci": None if result.evidence.bleu.ci is None else list(result.evidence.bleu.ci),
                 "delta_ppl_ci": None if result.evidence.ppl.ci is None else list(result.evidence.ppl.ci),
                 "seeds": list(result.evidence.bleu.seeds),
+                "seeds_expected": len(result.runs),
                 "seeds_not_learned": sorted(run.spec.seed for run in not_learned(result)),
                 "seeds_to_resolve": seeds_to_resolve(result),
                 "differs_within_margin": None if judgement is None else judgement.within_margin,

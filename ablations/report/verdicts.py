@@ -80,11 +80,11 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
         )
     if not judged:
         return missing
-    counts = {v: [r.row.id for r in judged if r.judgement.verdict == v] for v in VERDICTS}
+    counts = {v: [row_name(r) for r in judged if r.judgement.verdict == v] for v in VERDICTS}
     large = [r for r in judged if r.judgement.judged_on is not None]
     # agrees always named, even at 0: how many of the paper's large effects agree is the table's headline
     large_counts = {
-        v: [r.row.id for r in large if r.judgement.verdict == v] for v in ("agrees", "disagrees", "unresolved")
+        v: [row_name(r) for r in large if r.judgement.verdict == v] for v in ("agrees", "disagrees", "unresolved")
     }
     lines = [
         "Verdicts: " + "; ".join(f"{v} {len(rows)} ({', '.join(rows)})" for v, rows in counts.items() if rows) + ".",
@@ -96,6 +96,13 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
         )
         + ".",
     ]
+    interim = [f"{r.row.id} on {len(r.done)} of {len(r.runs)}" for r in judged if r.interim]
+    if interim:
+        lines.append(
+            f"Interim, judged before all the seeds their scale fixes had finished (named so above): {', '.join(interim)}. "
+            "A row's verdict is the one on all its fixed seeds; stopping at the first look that passes would inflate its "
+            "error rate."
+        )
     ours = {r.row.id: r.evidence.ppl.mean for r in results if r.evidence is not None}
     paper = {r.row.id: difference(r.row.paper.ppl, base.row.paper.ppl) for r in results if r is not base}
     rho = rank_correlation(ours, paper)
@@ -103,6 +110,11 @@ def verdict_summary(base: RowResult, results: Sequence[RowResult]) -> list[str]:
         shared = sum(1 for k in ours if ours[k] is not None and paper.get(k) is not None)
         lines.append(f"Spearman rank correlation of our mean Δ PPL with the paper's over {shared} rows: {rho:+.2f}.")
     return lines + missing
+
+
+def row_name(result: RowResult) -> str:
+    """A row as the verdict counts name it: its id, marked when its verdict is interim."""
+    return f"{result.row.id} interim" if result.interim else result.row.id
 
 
 def within_margin_line(results: Sequence[RowResult], base: RowResult) -> Optional[str]:
