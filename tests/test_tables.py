@@ -343,6 +343,21 @@ def test_latex_is_booktabs_and_escaped(project):
     assert "21.0 $\\pm$ 1.4" in tex and "±" not in tex
 
 
+def test_a_contrasts_ppl_carries_the_decimals_that_show_its_interval():
+    """Near PPL 1 contrasts differ by thousandths: three fixed decimals printed +0.001 [-0.000, +0.002]."""
+    from ablations.report.contrasts import ContrastResult, cells
+    from ablations.report.stats import PairedDelta
+    from ablations.sweep import Contrast
+
+    def contrast(ppl_ci, seeds=(0, 1, 2)):
+        ppl = PairedDelta(0.0012, ppl_ci, None, seeds)
+        return ContrastResult(Contrast("A1", "A2"), PairedDelta(0.1, (0.0, 0.2), None, seeds), ppl, "differs", None)
+
+    assert cells(contrast((0.0004, 0.0020)))[3:5] == ["+0.0012", "[+0.0004, +0.0020]"]
+    assert cells(contrast((-3.0, 3.0)))[3:5] == ["+0.00", "[-3.00, +3.00]"]
+    assert cells(contrast(None, seeds=(0,)))[3] == "+0.001"  # one seed: no interval to size from
+
+
 def test_a_named_reference_row_is_what_every_delta_is_against(project):
     """positional_norm's first row, sin-post, does not train at the CPU widths; its Δ are against sin-pre."""
     sweep = project / "sweeps" / "mini.yaml"
@@ -372,7 +387,7 @@ def test_contrasts_are_seed_paired_between_two_rows_in_every_format(project):
     assert result.bleu.seeds == (0, 1) and result.bleu.mean == pytest.approx(4.0) and result.bleu.ci == (4.0, 4.0)
     assert result.ppl.mean == pytest.approx(-0.5) and result.reading == "differs"
     text = (project / "results" / "mini_tiny.md").read_text(encoding="utf-8")
-    assert "| A1 − A2 | +4.0 | [+4.0, +4.0] | -0.500 |" in text
+    assert "| A1 − A2 | +4.0 | [+4.0, +4.0] | -0.50 |" in text  # PPL to the decimals its interval (±2.5) needs
     assert "| A2 − D1 |  |  |  |  | not measured | none shared |" in text
     table, _ = make_selected(project, ["A1", "A2"])
     assert [c.contrast.label for c in table.contrasts] == ["A1 − A2"]

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..sweep import Contrast
 from .render import escape_markdown, interval, markdown_table, signed
+from .rows import ppl_decimals
 from .stats import PairedDelta, Verdict, equivalence, paired_delta
 
 PerSeed = Callable[[str, str], Mapping[int, float]]  # (row id, metric) -> {seed: value} over the row's done runs
@@ -49,15 +50,20 @@ HEADER = ("contrast", "Δ BLEU", "Δ BLEU 95 % CI", "Δ PPL", "Δ PPL 95 % CI", 
 ALIGNS = ("l", "r", "r", "r", "r", "l", "l")
 
 
+UNSPREAD_PPL_DIGITS = 3  # a contrast on one seed has no interval to size its decimals from
+
+
 def cells(result: ContrastResult) -> list[str]:
     shared = len(result.bleu.seeds)
     reading = result.reading if shared >= 2 else ("unresolved (one seed)" if shared else "not measured")
+    half_width = None if result.ppl.ci is None else (result.ppl.ci[1] - result.ppl.ci[0]) / 2
+    ppl_digits = ppl_decimals(half_width) or UNSPREAD_PPL_DIGITS  # as rows' PPL cells: enough to show the spread
     return [
         result.contrast.label,
         signed(result.bleu.mean, 1),
         interval(result.bleu.ci, 1),
-        signed(result.ppl.mean, 3),
-        interval(result.ppl.ci, 3),
+        signed(result.ppl.mean, ppl_digits),
+        interval(result.ppl.ci, ppl_digits),
         reading,
         seeds_text(result),
     ]

@@ -49,6 +49,15 @@ MEASURES = tuple(measures({}))
 
 
 PPL_DIGITS = (2, 4)  # the fewest and most decimals of a PPL cell (RowResult.ppl_digits)
+VISIBLE_SPREAD = 0.5 * 10 ** -PPL_DIGITS[1]  # float noise in equal values lies far below it
+
+
+def ppl_decimals(spread: Optional[float]) -> Optional[int]:
+    """Decimals that show a PPL spread (a std or an interval's half-width) to one significant digit, from 2 to 4;
+    None where there is no spread, or it would print as 0 even at the most decimals."""
+    if spread is None or spread < VISIBLE_SPREAD:
+        return None
+    return min(max(-math.floor(math.log10(spread)), PPL_DIGITS[0]), PPL_DIGITS[1])
 
 
 @dataclass(frozen=True)
@@ -91,18 +100,14 @@ class RowResult:
         spreads = [self.stats["dev_ppl"].std if self.stats["dev_ppl"] is not None else None]
         if self.evidence is not None and self.evidence.ppl.ci is not None:
             spreads.append((self.evidence.ppl.ci[1] - self.evidence.ppl.ci[0]) / 2)
-        visible = 0.5 * 10 ** -PPL_DIGITS[1]  # float noise in equal values lies far below it
-        return min((spread for spread in spreads if spread is not None and spread >= visible), default=None)
+        return min((spread for spread in spreads if spread is not None and spread >= VISIBLE_SPREAD), default=None)
 
     def ppl_digits(self, base: "RowResult") -> int:
         """Decimals for the row's PPL cells: enough for its spread (else base's, the spread its Δ is measured
         against) to show one significant digit, from 2 to 4. Where runs end near PPL 1 (base at converged_4x: 1.085 ±
         0.001), two decimals printed every Δ as +0.00 and every interval as [-0.00, +0.00]; a row that spreads widely
         keeps two."""
-        spread = self.ppl_spread or base.ppl_spread
-        if spread is None:
-            return PPL_DIGITS[0]
-        return min(max(-math.floor(math.log10(spread)), PPL_DIGITS[0]), PPL_DIGITS[1])
+        return ppl_decimals(self.ppl_spread or base.ppl_spread) or PPL_DIGITS[0]
 
 
 def per_seed(result: RowResult, key: str) -> dict[int, float]:
