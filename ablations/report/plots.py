@@ -21,8 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..records import write_atomic_bytes
 from .collect import PUBLISHED, RunRecord, read_curves
-from .rows import RowResult
-from .table3 import Table, deltas, seed_differences, with_overrides_title
+from .table3 import Table, deltas, seed_differences, verdict_cell, with_overrides_title
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")
@@ -86,7 +85,7 @@ def draw_delta_bleu(plt, table: Table):
     ours.set_yticks(positions, labels)
     verdicts = paper.twinx()  # each row's verdict against the paper, beside the paper's bar
     verdicts.set_ylim(paper.get_ylim())
-    verdicts.set_yticks(positions, [verdict_label(result) for result in rows], fontsize=8)
+    verdicts.set_yticks(positions, [verdict_cell(result) for result in rows], fontsize=8)
     verdicts.tick_params(axis="y", length=0)
     ours.set_title(f"measured at scale {table.scale.name} (dev, sacreBLEU)")
     paper.set_title("paper (newstest2013)")
@@ -94,10 +93,6 @@ def draw_delta_bleu(plt, table: Table):
     paper.set_xlabel(f"Δ BLEU vs {table.base.row.id}")
     figure.suptitle(plot_title(table, "Δ BLEU per row"))
     return figure
-
-
-def verdict_label(result: RowResult) -> str:
-    return "" if result.judgement is None else result.judgement.verdict
 
 
 def draw_intervals(axis, intervals: Sequence[tuple[float, tuple[float, float]]]) -> None:
