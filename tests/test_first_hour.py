@@ -121,6 +121,11 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     assert "by the median seconds per FLOP of 1 measured run(s)" in text  # one row cannot tell the fit's terms apart
     wall = dry_run.duration(dry_run.expected_wall([200.0, guess], 2))
     assert f"≈ {wall} on 2 worker(s), {dry_run.duration(200.0 + guess)} of worker time" in text
+    # a selection of only unmeasured rows is still priced, by the fit over the whole sweep's measured runs
+    assert local.run_sweep(path, "test", rows=["N2"], workers="auto", out=out, dry_run=True) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no measured cost (none of the 1 runs" in text
+    assert "with the 1 unmeasured run(s) guessed from their FLOPs" in text and "of 1 measured run(s)" in text
 
 
 def test_the_wall_guess_fits_a_per_flop_and_a_per_layer_step_cost_when_the_runs_tell_them_apart():

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from lightning_modules.config import BatchPlan, batch_plan
 
@@ -119,18 +119,19 @@ def layer_steps(run: Run) -> int:
     return run.spec.config.model.N * run.spec.config.train.max_steps
 
 
-def wall_guess(runs: list[Run], costs: dict[Any, Any], flops_of: dict[str, float]) -> Optional[WallGuess]:
+def wall_guess(runs: Sequence[Run], costs: dict[Any, Any], flops_of: Callable[[Run], float]) -> Optional[WallGuess]:
     """The wall-time guess fitted to the measured costs (None if there are none): each run that finished itself,
     and once per row the cost of a row known only through its finished twin (another step count, scaled by it);
     counting that twin for each of the row's seeds would weigh one measurement several times."""
     measured, rows_seen = [], set()
-    for run in sorted(runs, key=lambda run: run.spec.run_id not in costs):  # own measurements first
+    unique = {run.spec.run_id: run for run in runs}.values()
+    for run in sorted(unique, key=lambda run: run.spec.run_id not in costs):  # own measurements first
         row = (run.spec.sweep, run.spec.scale, run.spec.row)
         cost = costs.get(run.spec.run_id)
         if cost is None and row not in rows_seen:
             cost = run_cost(run, costs)
         if cost is not None:
-            measured.append((flops_of.get(run.spec.run_id, 0.0), float(layer_steps(run)), cost))
+            measured.append((flops_of(run), float(layer_steps(run)), cost))
             rows_seen.add(row)
     return fit_wall_guess(measured)
 
@@ -194,10 +195,13 @@ def print_plan(
     as_json: bool = False,
     results: Optional[Path] = None,
     order: str = "longest",
+    fit_runs: Sequence[Run] = (),
 ) -> None:
     """The dry run's table and totals for runs of `devices` devices each (all nodes'); with `costs`, the expected
     wall time of the runs left to train (not those `taken`: pending runs that will take a done twin's record
-    instead). With `as_json`, one JSON object instead: {"runs": [...], "total": {...}, "basis": [...]}."""
+    instead), runs never measured guessed by a fit over the measured ones among `runs` and `fit_runs` (the whole
+    sweep at this scale, so that `--rows big` is priced from the rows that finished). With `as_json`, one JSON
+    object instead: {"runs": [...], "total": {...}, "basis": [...]}."""
     from rich.console import Console
     from rich.table import Table
 
@@ -287,7 +291,10 @@ def print_plan(
                 "run's whole work, not its last attempt)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
             )
-        guess = wall_guess(runs, costs, flops_of) if unknown else None
+        cache: dict = {}
+        guess = (
+            wall_guess([*runs, *fit_runs], costs, lambda run: estimates(run, cache, devices).flops) if unknown else None
+        )
         if guess is not None:
             guessed = [
                 guess.seconds(flops_of[run.spec.run_id], layer_steps(run)) if cost is None else cost

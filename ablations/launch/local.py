@@ -407,6 +407,7 @@ def run_sweep(
             devices=gpus_per_run * nodes,
             as_json=as_json,
             order=order,
+            fit_runs=plan(sweep_path, scale, sets=sets, out=out) if rows or seeds else (),
         )
         return 0
     return Launcher(runs, slots, retry_failed=retry_failed, live=live, grace=grace, order=order).run()
