@@ -250,6 +250,16 @@ def test_the_table_data_carries_verdicts_intervals_and_seeds(project):
     assert stats["A1"]["seeds"] == [0, 1] and len(stats["A1"]["delta_bleu_ci"]) == 2
     assert stats["A1"]["verdict"] == "unresolved" and stats["A1"]["judged_on"] == "ppl"
     assert stats["A2"]["delta_ppl_ci"] is None and stats["A2"]["seeds"] == [0]
+    # The interval is made of the seed-paired differences, and the JSON shows them, recomputable from its runs.
+    dev = {(run["row"], run["seed"]): run["metrics"] for run in data["runs"] if run["status"] == "done"}
+    for row in ("A1", "A2"):
+        for metric in ("bleu", "ppl"):
+            per_seed = stats[row][f"delta_{metric}_per_seed"]
+            assert list(per_seed) == [str(seed) for seed in stats[row]["seeds"]]
+            for seed, difference in per_seed.items():
+                expected = dev[row, int(seed)][f"dev_{metric}"] - dev["base", int(seed)][f"dev_{metric}"]
+                assert difference == pytest.approx(expected)
+            assert sum(per_seed.values()) / len(per_seed) == pytest.approx(stats[row][f"delta_{metric}"])
 
 
 def test_a_verdict_before_the_rows_seeds_have_all_finished_is_marked_interim(tmp_path):
@@ -397,6 +407,8 @@ def test_contrasts_are_seed_paired_between_two_rows_in_every_format(project):
     (entry,) = data["contrasts"]
     assert (entry["row"], entry["against"], entry["seeds"], entry["reading"]) == ("A1", "A2", [0, 1], "differs")
     assert entry["delta_ppl_ci"][0] < -0.5 < entry["delta_ppl_ci"][1]
+    assert entry["delta_bleu_per_seed"] == {"0": pytest.approx(4.0), "1": pytest.approx(4.0)}
+    assert entry["delta_ppl_per_seed"] == {"0": pytest.approx(-0.7), "1": pytest.approx(-0.3)}
     assert escape_tex("Contrast A1 − A2: Δ BLEU +4.0") in (project / "results" / "mini_tiny.tex").read_text(
         encoding="utf-8"
     )

@@ -110,6 +110,8 @@ def as_data(results: Sequence[ContrastResult]) -> list[dict[str, Any]]:
             "delta_ppl": result.ppl.mean,
             "delta_bleu_ci": None if result.bleu.ci is None else list(result.bleu.ci),
             "delta_ppl_ci": None if result.ppl.ci is None else list(result.ppl.ci),
+            "delta_bleu_per_seed": result.bleu.by_seed(),
+            "delta_ppl_per_seed": result.ppl.by_seed(),
             "seeds": list(result.bleu.seeds),
         }
         for result in results

@@ -61,6 +61,11 @@ class PairedDelta:
     ci: Optional[tuple[float, float]]  # 95 % t-interval; None with fewer than 2 seeds
     p_value: Optional[float]  # two-sided paired t-test; None with fewer than 2 seeds
     seeds: tuple[int, ...]  # the seeds both the row and base have
+    differences: tuple[float, ...] = ()  # row - base on each of `seeds`, in their order: what the interval is made of
+
+    def by_seed(self) -> dict[str, float]:
+        """The per-seed differences keyed by seed, as JSON writes them."""
+        return {str(seed): difference for seed, difference in zip(self.seeds, self.differences)}
 
     @property
     def excludes_zero(self) -> bool:
@@ -83,14 +88,14 @@ def paired_delta(row: Mapping[int, float], base: Mapping[int, float]) -> PairedD
         return PairedDelta(None, None, None, seeds)
     mean = math.fsum(diffs) / len(diffs)
     if len(diffs) < 2:
-        return PairedDelta(mean, None, None, seeds)
+        return PairedDelta(mean, None, None, seeds, tuple(diffs))
     sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
     half = scipy_stats.t.ppf(1 - ALPHA / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
     if sd == 0:
         p_value = 1.0 if mean == 0 else 0.0
     else:
         p_value = float(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(len(diffs))), len(diffs) - 1))
-    return PairedDelta(mean, (mean - half, mean + half), p_value, seeds)
+    return PairedDelta(mean, (mean - half, mean + half), p_value, seeds, tuple(diffs))
 
 
 def seed_interval(values: Mapping[int, float]) -> PairedDelta:

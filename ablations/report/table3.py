@@ -538,6 +538,8 @@ def row_statistics(table: Table) -> list[dict[str, Any]]:
                 "delta_ppl": result.evidence.ppl.mean,
                 "delta_bleu_ci": None if result.evidence.bleu.ci is None else list(result.evidence.bleu.ci),
                 "delta_ppl_ci": None if result.evidence.ppl.ci is None else list(result.evidence.ppl.ci),
+                "delta_bleu_per_seed": result.evidence.bleu.by_seed(),
+                "delta_ppl_per_seed": result.evidence.ppl.by_seed(),
                 "seeds": list(result.evidence.bleu.seeds),
                 "seeds_expected": len(result.runs),
                 "seeds_not_learned": sorted(run.spec.seed for run in not_learned(result)),
