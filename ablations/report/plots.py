@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..records import write_atomic_bytes
 from .collect import PUBLISHED, RunRecord, read_curves
-from .table3 import Table, deltas, seed_differences, verdict_cell, with_overrides_title
+from .table3 import Table, deltas, verdict_cell, with_overrides_title
 
 PLOT_KINDS = ("delta_bleu", "dev_ppl", "params_bleu")
 FORMATS = ("png", "svg")
@@ -73,10 +73,11 @@ def draw_delta_bleu(plt, table: Table):
             ours.text(0, y, f" {why}", va="center", ha="left", fontsize=7, color="0.4", style="italic")
         else:
             ours.barh(y, delta["delta_bleu"], color="tab:blue", height=0.6)
-            spread = seed_differences(result, table.base, "dev_bleu")
-            ours.plot(spread, [y] * len(spread), "o", color="black", markersize=2.5)
-            if result.evidence is not None and result.evidence.bleu.ci is not None:
-                intervals.append((y, result.evidence.bleu.ci))
+            if result.evidence is not None:
+                spread = result.evidence.bleu.differences
+                ours.plot(spread, [y] * len(spread), "o", color="black", markersize=2.5)
+                if result.evidence.bleu.ci is not None:
+                    intervals.append((y, result.evidence.bleu.ci))
         if delta["paper_delta_bleu"] is None:
             paper.text(0, y, " not in the paper", va="center", ha="left", fontsize=7, color="0.4", style="italic")
         else:

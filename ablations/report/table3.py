@@ -154,12 +154,6 @@ def paper_unit_cells(config: RunConfig, extra: Sequence[str]) -> dict[str, str]:
     return cells
 
 
-def seed_differences(result: RowResult, base: RowResult, key: str) -> list[float]:
-    """row[s] − base[s] over the seeds both have done, in seed order: the values behind Δ and its interval."""
-    row, reference = per_seed(result, key), per_seed(base, key)
-    return [row[seed] - reference[seed] for seed in sorted(set(row) & set(reference))]
-
-
 def measured_delta(result: RowResult, base: RowResult, key: str) -> Optional[float]:
     """The mean seed-paired difference (the centre of the table's interval: base's extra seeds do not shift it),
     else, when the row shares no seed with base, the difference of their means."""
