@@ -83,19 +83,19 @@ class PairedDelta:
 def paired_delta(row: Mapping[int, float], base: Mapping[int, float]) -> PairedDelta:
     """mean(row[s] - base[s]) over the seeds both have, with its t-interval and paired t-test."""
     seeds = tuple(sorted(set(row) & set(base)))
-    diffs = [row[s] - base[s] for s in seeds]
+    diffs = tuple(row[s] - base[s] for s in seeds)
     if not diffs:
         return PairedDelta(None, None, None, seeds)
     mean = math.fsum(diffs) / len(diffs)
     if len(diffs) < 2:
-        return PairedDelta(mean, None, None, seeds, tuple(diffs))
+        return PairedDelta(mean, None, None, seeds, diffs)
     sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
     half = scipy_stats.t.ppf(1 - ALPHA / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
     if sd == 0:
         p_value = 1.0 if mean == 0 else 0.0
     else:
         p_value = float(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(len(diffs))), len(diffs) - 1))
-    return PairedDelta(mean, (mean - half, mean + half), p_value, seeds, tuple(diffs))
+    return PairedDelta(mean, (mean - half, mean + half), p_value, seeds, diffs)
 
 
 def seed_interval(values: Mapping[int, float]) -> PairedDelta:
