@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: setup table3 params lint test test-fast
+.PHONY: setup table3 params readme lint test test-fast
 
 setup: $(STAMP)
 
@@ -35,6 +35,11 @@ table3: $(STAMP)
 
 params: $(STAMP)
 	$(BIN)/ablate params sweeps/table3.yaml --vocab 37000
+
+# The README's glance, per-row tables and quoted notes, rewritten from results/*.json after a table is rebuilt
+# (ablations/report/readme.py; tests/test_published_tables.py fails while they differ)
+readme: $(STAMP)
+	$(BIN)/python -m ablations.report.readme --write
 
 # ruff: the linter and the formatter's check over the whole tree (pyproject.toml's [tool.ruff])
 lint: $(STAMP)
