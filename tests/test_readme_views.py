@@ -26,7 +26,14 @@ def table(a1_seeds: int, interim_note: bool) -> dict:
     if interim_note:
         notes.append(f"Interim, judged before all the seeds their scale fixes had finished: A1 on {a1_seeds} of 3.")
     notes.append("Plateau: within ±2 %.")
-    return {"columns": [{"key": key} for key in KEYS], "rows": rows, "statistics": [a1], "notes": notes}
+    header = [["Runs", f"{3 + a1_seeds} done, {6 - a1_seeds} missing"]]
+    return {
+        "header": header,
+        "columns": [{"key": key} for key in KEYS],
+        "rows": rows,
+        "statistics": [a1],
+        "notes": notes,
+    }
 
 
 GLANCE_HEADER = "| row | paper's effect | " + " | ".join(readme_views.GLANCE) + " |"
@@ -43,7 +50,7 @@ def readme(a1_cells: str, quoted: list[str], glance_a1: str) -> str:
             "|---|---|---|---|---|---|",
             f"| A1 | large | {glance_a1} |",
             "",
-            "### Table 3 at a scale (`results/t.md`)",
+            "### Table 3 at a scale (`results/t.md`; partial: 6 of its 9 runs, A1 on 3)",
             "",
             "| row | change | dev BLEU | Δ PPL [95 % CI] | verdict | seeds |",
             "|---|---|---|---|---|---|",
@@ -88,6 +95,12 @@ def test_stale_cells_glance_and_notes_are_rewritten_and_prose_is_left_alone():
     quoted = [line for line in lines if line.startswith("> - ")]
     assert quoted == ["> - Verdicts: disagrees 1 (A1).", "> - Plateau: within ±2 %."]  # the interim note is gone
     assert "Prose that quotes nothing | with a pipe inside." in lines
+
+
+def test_a_headings_count_of_runs_is_the_tables():
+    text = readme("97.1 ± 0.4 | -0.006 [-0.007, -0.004] | disagrees (PPL) | 2/3", ["Verdicts: x."], CURRENT_GLANCE)
+    lines = readme_views.synced(text.replace("A1 on 3)", "A1 on 2)"), tables(2, True)).split("\n")
+    assert "### Table 3 at a scale (`results/t.md`; partial: 5 of its 9 runs, A1 on 2)" in lines  # the rest is prose
 
 
 def test_an_interim_note_is_quoted_while_the_table_has_one():

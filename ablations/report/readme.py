@@ -3,7 +3,7 @@
 The README's results quote three things from `results/<stem>.json`: "Table 3's verdicts at a glance" (one column
 per published Table 3), each section's per-row table (a section whose heading names `results/<stem>.md`: the first
 of its tables with a `row` column and a Δ column) and the notes it quotes as `> - ` lines. This module derives
-every such cell and line from the table's JSON, so the README is a view of the records like the tables themselves:
+every such cell and line (and a heading's `partial: N of its M runs`) from the table's JSON, so the README is a view of the records like the tables themselves:
 `--check` (the default) prints what differs and exits 1, `--write` rewrites the README in place; tests/
 test_published_tables.py fails while they differ. Everything else (prose, the `change` column, figures in
 sentences) is the README's own and left as written; a cell already right is never reformatted.
@@ -28,6 +28,7 @@ GLANCE = {  # its columns after `row` and `paper's effect`, each a published tab
     "converged_4x (base plateaus)": "table3_converged_4x",
 }
 SECTION_STEM = re.compile(r"`results/([\w.+-]+)\.md`")
+PARTIAL = re.compile(r"partial: \d+ of its \d+ runs")
 ALWAYS_QUOTED = "Interim,"  # a section quotes its table's interim note whenever the table has one
 
 
@@ -142,6 +143,16 @@ def quoted_notes(block: list[str], stem: str, notes: Sequence[str]) -> list[str]
     return [f"> - {note}" for note in notes if note_key(note, notes) in keys]
 
 
+def counted_heading(heading: str, table: dict) -> str:
+    """A heading's `partial: N of its M runs` as the table's Runs line counts them (`12 done, 3 missing`)."""
+    runs = dict(table["header"]).get("Runs", "")
+    counts = re.match(r"(\d+) done(?:, (\d+) missing)?", runs)
+    if counts is None:
+        return heading
+    done, missing = (int(n) for n in counts.groups(default="0"))
+    return PARTIAL.sub(f"partial: {done} of its {done + missing} runs", heading)
+
+
 def synced(readme: str, table: Callable[[str], dict]) -> str:
     """The README with every quoted cell and note as `table(stem)` (results/<stem>.json, parsed) says."""
     out: list[str] = []
@@ -153,10 +164,12 @@ def synced(readme: str, table: Callable[[str], dict]) -> str:
     for kind, lines in groups:
         block = list(lines)
         if kind == "":
-            for line in block:
+            for index, line in enumerate(block):
                 if line.startswith("## ") or line.startswith("### "):
                     named = SECTION_STEM.search(line) if line.startswith("### ") else None
                     stem, in_glance, row_table_seen = named and named.group(1), line == GLANCE_HEADING, False
+                    if stem and PARTIAL.search(line):
+                        block[index] = counted_heading(line, table(stem))
         elif kind == "table" and in_glance:
             block = glance_table(block, table)
         elif kind == "table" and stem and not row_table_seen and is_row_table(cells(block[0])):
