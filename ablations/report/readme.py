@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from ..records import write_atomic
+
 GLANCE_HEADING = "### Table 3's verdicts at a glance"
 GLANCE = {  # its columns after `row` and `paper's effect`, each a published table
     "tiny (2 seeds)": "table3_tiny",
@@ -200,7 +202,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     changed = sum(line.startswith("+") and not line.startswith("+++") for line in diff)
     if args.write:
-        args.readme.write_text(expected, encoding="utf-8")
+        write_atomic(args.readme, expected)  # a kill mid-write leaves the old README, never half of one
         print(f"{args.readme}: {changed} lines rewritten from {args.results}/")
         return 0
     print("\n".join(diff))
