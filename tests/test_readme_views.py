@@ -124,6 +124,22 @@ def test_a_row_the_table_does_not_have_is_an_error_naming_it():
         readme_views.synced(text, tables())
 
 
+def test_holm_p_has_two_significant_digits_and_is_blank_outside_the_family():
+    assert [readme_views.holm_cell(p) for p in (None, 0.0054799, 0.011668, 0.000455, 0.00002)] == [
+        "",
+        "0.0055",
+        "0.012",
+        "0.00046",
+        "< 0.0001",
+    ]
+
+
+def test_a_row_with_a_cell_too_few_is_an_error_naming_it():
+    text = readme("97.1 ± 0.4 | -0.006 [-0.007, -0.004] | 3/3", ["Verdicts: x."], CURRENT_GLANCE)
+    with pytest.raises(ValueError, match="row 'A1' of the t section has 5 cells, its header 6"):
+        readme_views.synced(text, tables())
+
+
 def test_the_glance_must_have_the_published_tables_columns():
     text = readme("x | y | z | w", ["Verdicts: x."], CURRENT_GLANCE).replace("| tiny (2 seeds) |", "| tiny |")
     with pytest.raises(ValueError, match="the glance's columns"):

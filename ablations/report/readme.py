@@ -66,6 +66,13 @@ def delta_cell(value: Optional[float], interval: Optional[list], printed: str, l
     return f"{value:+.{decimals}f} [{lo:+.{decimals}f}, {hi:+.{decimals}f}]"
 
 
+def holm_cell(p: Optional[float]) -> str:
+    """A Holm-adjusted p-value to two significant digits; blank for a row outside the family or short of 2 seeds."""
+    if p is None:
+        return ""
+    return "< 0.0001" if p < 0.0001 else f"{p:.2g}"
+
+
 def measured(cell: str) -> str:
     return "" if cell == "missing" else cell  # the README leaves a row with no finished run blank
 
@@ -85,6 +92,7 @@ COLUMNS: dict[str, Column] = {
         f"{row['paper_delta_bleu']} / {row['paper_delta_ppl']}" if row["paper_delta_bleu"] else ""
     ),
     "verdict": lambda row, stats, printed: row["verdict"],
+    "Holm p": lambda row, stats, printed: holm_cell(stats.get("p_holm")),
     "seeds": lambda row, stats, printed: row["seeds"].split(" ")[0],
     "minutes per run": lambda row, stats, printed: row["wall_min"],
 }
@@ -115,6 +123,10 @@ def row_table(block: list[str], stem: str, table: dict) -> list[str]:
     out = block[:2]
     for line in block[2:]:
         row = cells(line)
+        if len(row) != len(header):
+            raise ValueError(
+                f"README: row {row[0]!r} of the {stem} section has {len(row)} cells, its header {len(header)}"
+            )
         if row[0] not in rows:
             raise ValueError(f"README: row {row[0]!r} of the {stem} section is not in results/{stem}.json")
         expected = [row[0]] + [
