@@ -125,10 +125,11 @@ def test_a_row_the_table_does_not_have_is_an_error_naming_it():
 
 
 def test_holm_p_has_two_significant_digits_and_is_blank_outside_the_family():
-    assert [readme_views.holm_cell(p) for p in (None, 0.0054799, 0.011668, 0.000455, 0.00002)] == [
+    assert [readme_views.holm_cell(p) for p in (None, 0.0054799, 0.011668, 0.1035, 0.000455, 0.00002)] == [
         "",
         "0.0055",
         "0.012",
+        "0.10",
         "0.00046",
         "< 0.0001",
     ]

@@ -70,7 +70,7 @@ def holm_cell(p: Optional[float]) -> str:
     """A Holm-adjusted p-value to two significant digits; blank for a row outside the family or short of 2 seeds."""
     if p is None:
         return ""
-    return "< 0.0001" if p < 0.0001 else f"{p:.2g}"
+    return "< 0.0001" if p < 0.0001 else f"{p:#.2g}"
 
 
 def measured(cell: str) -> str:
