@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import itertools
 import json
 import re
@@ -202,7 +203,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     readme = args.readme.read_text(encoding="utf-8")
     try:
-        expected = synced(readme, lambda stem: json.loads((args.results / f"{stem}.json").read_text()))
+        # each table is asked for by its heading, row table and quoted notes (and the glance): read it once
+        table = functools.cache(lambda stem: json.loads((args.results / f"{stem}.json").read_text()))
+        expected = synced(readme, table)
     except (ValueError, FileNotFoundError) as error:
         print(error, file=sys.stderr)
         return 2
