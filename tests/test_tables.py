@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from ablations.records import run_folder, write_atomic, write_config, write_json
 from ablations.report.collect import RunRecord, Selection, selecting
 from ablations.report.render import escape_tex
-from ablations.report.table3 import build_table, write_table
+from ablations.report.table3 import build_table, describe_hardware_mix, write_table
 from ablations.sweep import RunSpec, expand, load_sweep, scales_for
 
 SWEEP = """\
@@ -327,9 +328,22 @@ def test_header_states_provenance(project):
     text = (project / "results" / "mini_tiny.md").read_text(encoding="utf-8")
     assert "- **Scale**: tiny: test preset; widths ÷ 2, steps × 0.1" in text
     assert "- **Data**: dir (corpus), vocabulary 100" in text
-    assert "- **Hardware**: cpu (CPU model not recorded)" in text
+    assert "- **Hardware**: cpu (CPU model not recorded): 5 runs" in text
     assert "- **Code commit**: unknown" in text
     assert r"nrefs:1\|case:mixed" in text
+
+
+def test_the_hardware_line_counts_runs_per_machine_and_thread_count():
+    def run(**metrics):
+        return SimpleNamespace(metrics=metrics)
+
+    epyc = {"device": "cpu", "cpu_model": "AMD EPYC"}
+    runs = [run(**epyc, torch_threads=1), run(**epyc, torch_threads=2), run(**epyc, torch_threads=1), run()]
+    runs.append(run(device="cuda", cpu_model="Xeon", torch_threads=16))  # a GPU run's CPU threads are not its speed
+    assert describe_hardware_mix(runs) == (
+        "cpu (AMD EPYC, 1 thread): 2 runs, cpu (AMD EPYC, 2 threads): 1 run, cuda (Xeon): 1 run"
+    )
+    assert describe_hardware_mix([run()]) == "not recorded"
 
 
 def test_a_record_trained_by_several_commits_names_each_in_the_header():

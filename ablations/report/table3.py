@@ -13,6 +13,7 @@ Provenance comes from the records: `device` and, where a run recorded them, `cpu
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -223,10 +224,25 @@ def describe_data(data: DataConfig) -> str:
 
 
 def describe_hardware(run: RunRecord) -> str:
-    device, cpu = run.metrics.get("device"), run.metrics.get("cpu_model")
+    """The run's device, its CPU model and, on a CPU, its torch threads: wall minutes and tokens/s depend on all
+    three."""
+    device, cpu, threads = (run.metrics.get(key) for key in ("device", "cpu_model", "torch_threads"))
     if device is None:
         return ""
-    return f"{device} ({cpu})" if cpu else f"{device} (CPU model not recorded)"
+    what = cpu or "CPU model not recorded"
+    if device == "cpu" and isinstance(threads, int):
+        what += f", {threads} thread" + ("" if threads == 1 else "s")
+    return f"{device} ({what})"
+
+
+def describe_hardware_mix(done: Sequence[RunRecord]) -> str:
+    """Each machine the finished runs trained on and how many runs each trained, so that a table mixing machines or
+    thread counts says how much (its scores pair by seed; its minutes and tokens/s are per machine)."""
+    counts = Counter(describe_hardware(run) for run in done)
+    counts.pop("", None)
+    if not counts:
+        return "not recorded"
+    return ", ".join(f"{name}: {count} run{'' if count == 1 else 's'}" for name, count in sorted(counts.items()))
 
 
 def describe_commits(done: Sequence[RunRecord]) -> str:
@@ -255,7 +271,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
             ", ".join(f"{key}={plain(value)}" for key, value in sorted(scale.settings.items())) or "none",
         ),
         ("Data", distinct([describe_data(run.spec.config.data) for run in records], "none")),
-        ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
+        ("Hardware", describe_hardware_mix(done)),
         ("Code commit", describe_commits(done)),
         ("sacreBLEU", distinct([run.metrics.get("sacrebleu_signature") for run in done], "not recorded")),
         ("Tokenized BLEU", distinct([run.metrics.get("bleu_tok_signature") for run in done], "not recorded")),

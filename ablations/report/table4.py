@@ -26,7 +26,7 @@ from .dashboard import DATA_KIND, run_data
 from .render import csv_number, csv_text, escape_markdown, escape_tex, fixed, markdown_table, tex_row, tex_table
 from .rows import RowResult, stat
 from .stats import PairedDelta, seed_interval
-from .table3 import Table, describe_commits, describe_hardware, distinct, plain, seeds_cell, stat_cell
+from .table3 import Table, describe_commits, describe_hardware_mix, distinct, plain, seeds_cell, stat_cell
 from .table3 import title as sweep_title
 
 # The paper's Table 4 as printed: (parser, training, WSJ section 23 F1). Only the Transformer's WSJ-only row has a
@@ -146,7 +146,7 @@ def header_lines(sweep: Sweep, scale: Scale, records: Sequence[RunRecord]) -> tu
         ("Data", distinct([describe_data(run.spec.config.data) for run in records], "none")),
         ("Protocol", distinct([describe_protocol(run) for run in done], "no finished run")),
         ("Scoring", distinct([run.metrics.get("parse_signature") for run in done], "not recorded")),
-        ("Hardware", distinct([describe_hardware(run) for run in done], "not recorded")),
+        ("Hardware", describe_hardware_mix(done)),
         ("Code commit", describe_commits(done)),
         ("Runs", ", ".join(f"{count} {status}" for status, count in counts.items())),
     )
