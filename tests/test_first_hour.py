@@ -128,6 +128,54 @@ def test_the_dry_run_prints_the_expected_wall_time_from_measured_runs(tmp_path, 
     assert "with the 1 unmeasured run(s) guessed from their FLOPs" in text and "of 1 measured run(s)" in text
 
 
+def test_the_dry_run_prices_runs_only_from_runs_measured_on_the_same_kind_of_worker(tmp_path, capsys, monkeypatch):
+    path = write_sweep(tmp_path / "sweep", tmp_path / "corpus", {"base": {}, "N2": {"model.N": 2}})
+    out, empty = tmp_path / "runs", tmp_path / "no-records"
+    monkeypatch.setattr(processes, "available_cores", lambda: [0, 1])
+    monkeypatch.setattr(processes, "visible_gpus", lambda: [])
+    monkeypatch.setattr(dry_run.measured_costs, "__defaults__", (empty,))
+    done = plan(path, "test", out=out)[0]
+    done.dir.mkdir(parents=True)
+    write_config(done.dir, done.spec.config, {})
+    steps = done.spec.config.train.max_steps
+    record = {"status": "done", "wall_seconds": 100.0, "steps": steps, "run_id": done.spec.run_id}
+    (done.dir / "metrics.json").write_text(json.dumps({**record, "device": "cpu", "torch_threads": 2}))
+    twin = plan(path, "test", out=out, sets={"train.max_steps": 2 * steps})[0]
+    costs = dry_run.measured_costs(out, empty)
+    two_threads, one_thread = ("cpu", 2), ("cpu", 1)
+    assert dry_run.run_cost(twin, costs, two_threads) == pytest.approx(200.0)
+    # a run on two threads says nothing of one on a single thread, nor of one on a GPU
+    assert dry_run.run_cost(twin, costs, one_thread) is None
+    assert dry_run.run_cost(twin, costs, ("NVIDIA H200", None)) is None
+    assert dry_run.wall_guess([twin], costs, lambda run: 1e12, one_thread) is None
+    assert dry_run.wall_guess([twin], costs, lambda run: 1e12, two_threads) is not None
+    assert dry_run.planned_worker(processes.make_slots(2)) == one_thread
+    assert dry_run.planned_worker(processes.make_slots(1)) == two_threads
+    assert local.run_sweep(path, "test", workers=2, out=out, dry_run=True, sets={"train.max_steps": 2 * steps}) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "no measured cost (none of the 2 runs to train has finished before on a worker like these: cpu, 1 thread)"
+        in text
+    )
+    assert local.run_sweep(path, "test", workers=1, out=out, dry_run=True, sets={"train.max_steps": 2 * steps}) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "expected wall time ≈ 3m20s on 1 worker(s), from the measured seconds of finished runs on workers like these (cpu, 2 threads;"
+        in text
+    )
+    # a record older than the fields prices any worker's runs
+    (done.dir / "metrics.json").write_text(json.dumps(record))
+    assert dry_run.run_cost(twin, dry_run.measured_costs(out, empty), one_thread) == pytest.approx(200.0)
+    # a published record's folder is `<sweep>_<scale>`, which does not split where both hold "_"
+    # (table3_converged_4x): its meta names the sweep, scale and row
+    spec = done.spec
+    published = tmp_path / "records" / f"{spec.sweep}_{spec.scale}_x" / f"{spec.row}-s0-{spec.run_id}"
+    published.mkdir(parents=True)
+    write_config(published, spec.config, {"sweep": spec.sweep, "scale": spec.scale, "row": spec.row})
+    (published / "metrics.json").write_text(json.dumps({**record, "run_id": "elsewhere"}))
+    assert dry_run.run_cost(twin, dry_run.measured_costs(tmp_path / "nothing", tmp_path / "records")) == 200.0
+
+
 def test_the_wall_guess_fits_a_per_flop_and_a_per_layer_step_cost_when_the_runs_tell_them_apart():
     from ablations.launch.cost import fit_wall_guess
 

@@ -59,11 +59,13 @@ RECORDS = Path(__file__).resolve().parents[2] / "results" / "records"  # results
 def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
     """Measured seconds (`run_seconds`: a resumed run's whole work, not its last attempt's) of finished (done) runs
     under `out` (`<sweep>/<scale>/<row>-s<seed>-<id>`) and under results/records (`<sweep>_<scale>/<row>-s<seed>-<id>`),
-    keyed by run id (seconds) and by (sweep, scale, row, precision) ({steps trained: seconds}, the latest seen for
-    each step count, so a row's 600-step timing probe and its full runs price runs of their own length).
-    Precision is part of a row's key because it changes the work: emulated bf16 ran 9.5× slower than fp32 on a CPU
-    without it, so a bf16 twin says nothing about an fp32 run's cost. Runs of the out folder are read after the
-    records, so one's own machine counts first."""
+    keyed by (run id, worker) (seconds) and by (sweep, scale, row, precision, worker) ({steps trained: seconds}, the
+    latest seen for each step count, so a row's 600-step timing probe and its full runs price runs of their own
+    length). Precision is part of a row's key because it changes the work: emulated bf16 ran 9.5× slower than fp32 on
+    a CPU without it, so a bf16 twin says nothing about an fp32 run's cost. The worker (`recorded_worker`) is too:
+    a CPU run on two threads took about half the minutes of its single-thread twins (converged_4x C5), so it prices
+    neither them nor a GPU run. Runs of the out folder are read after the records, so one's own machine counts
+    first."""
     costs: dict[Any, Any] = {}
     for root, nested in ((records, False), (out, True)):
         if not root.is_dir():
@@ -74,37 +76,75 @@ def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
             if record.get("status") != "done" or seconds is None:
                 continue
             folder = path.parent
+            precision, meta = recorded_config(folder)
             if nested:
                 sweep, scale = folder.parent.parent.name, folder.parent.name
-            else:
+            else:  # `<sweep>_<scale>` cannot be split where both may hold "_" (table3_converged_4x): the meta names them
                 sweep, _, scale = folder.parent.name.rpartition("_")
-            row = folder.name.rsplit("-s", 1)[0] if "-s" in folder.name else folder.name
+            sweep, scale = meta.get("sweep") or sweep, meta.get("scale") or scale
+            row = meta.get("row") or (folder.name.rsplit("-s", 1)[0] if "-s" in folder.name else folder.name)
             steps = record.get("steps")
-            key = (sweep, scale, row, recorded_precision(folder))
+            worker = recorded_worker(record)
+            key = (sweep, scale, row, precision, worker)
             costs.setdefault(key, {})[steps if isinstance(steps, int) and steps > 0 else None] = float(seconds)
             if record.get("run_id"):
-                costs[record["run_id"]] = float(seconds)
+                costs[(record["run_id"], worker)] = float(seconds)
     return costs
 
 
-def recorded_precision(run_dir: Path) -> Optional[str]:
-    """The precision a finished run trained in, from its config.yaml (None where the file is missing or unreadable)."""
-    try:
-        config, _ = read_config(run_dir / CONFIG_FILE)
-    except (OSError, ValueError):
+Worker = Optional[tuple[str, Optional[int]]]  # ("cpu", torch threads) or (GPU device, None); None: not recorded
+
+
+def recorded_worker(record: dict[str, Any]) -> Worker:
+    """What a finished run trained on, as its cost depends on it: the device and, on a CPU, its torch threads."""
+    device, threads = record.get("device"), record.get("torch_threads")
+    if not isinstance(device, str):
         return None
-    return config.train.precision
+    return (device, threads if device == "cpu" and isinstance(threads, int) else None)
 
 
-def run_cost(run: Run, costs: dict[Any, Any]) -> Optional[float]:
-    """A run's measured wall seconds: its own run id's, else its row's at the same sweep, scale and precision: a
-    finished twin of the same step count as is, else the longest one times the ratio of steps (this run's
-    train.max_steps over the steps it trained, e.g. under another --set), whose fixed costs weigh least; None when
-    none has finished anywhere the dry run looks."""
+def planned_worker(slots: Sequence[Slot]) -> Worker:
+    """What the sweep's runs will train on, in recorded_worker's terms (None without slots: a SLURM plan). A GPU is
+    named as ablations.provenance records it, so that only runs on the same GPU model price these."""
+    if not slots:
+        return None
+    if slots[0].gpu is None:
+        return ("cpu", slots[0].threads)
+    import torch
+
+    return (torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda", None)
+
+
+def describe_worker(worker: Worker) -> str:
+    if worker is None:
+        return "any worker"
+    device, threads = worker
+    return f"{device}, {threads} thread{'' if threads == 1 else 's'}" if threads else device
+
+
+def recorded_config(run_dir: Path) -> tuple[Optional[str], dict[str, Any]]:
+    """The precision a finished run trained in and its meta (sweep, scale, row), from its config.yaml (None and {}
+    where the file is missing or unreadable)."""
+    try:
+        config, meta = read_config(run_dir / CONFIG_FILE)
+    except (OSError, ValueError):
+        return None, {}
+    return config.train.precision, meta
+
+
+def run_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional[float]:
+    """A run's measured wall seconds on `worker`: its own run id's, else its row's at the same sweep, scale and
+    precision: a finished twin of the same step count as is, else the longest one times the ratio of steps (this
+    run's train.max_steps over the steps it trained, e.g. under another --set), whose fixed costs weigh least; None
+    when none has finished on such a worker anywhere the dry run looks. A record that names no worker (older than
+    the field) prices a run on any worker when none of the worker's own does."""
     spec = run.spec
-    if spec.run_id in costs:
-        return costs[spec.run_id]
-    twins = costs.get((spec.sweep, spec.scale, spec.row, spec.config.train.precision))
+    for measured_on in dict.fromkeys((worker, None)):
+        if (spec.run_id, measured_on) in costs:
+            return costs[(spec.run_id, measured_on)]
+    twins = costs.get((spec.sweep, spec.scale, spec.row, spec.config.train.precision, worker)) or costs.get(
+        (spec.sweep, spec.scale, spec.row, spec.config.train.precision, None)
+    )
     if not twins:
         return None
     wanted = spec.config.train.max_steps
@@ -119,17 +159,23 @@ def layer_steps(run: Run) -> int:
     return run.spec.config.model.N * run.spec.config.train.max_steps
 
 
-def wall_guess(runs: Sequence[Run], costs: dict[Any, Any], flops_of: Callable[[Run], float]) -> Optional[WallGuess]:
-    """The wall-time guess fitted to the measured costs (None if there are none): each run that finished itself,
-    and once per row the cost of a row known only through its finished twin (another step count, scaled by it);
-    counting that twin for each of the row's seeds would weigh one measurement several times."""
+def wall_guess(
+    runs: Sequence[Run], costs: dict[Any, Any], flops_of: Callable[[Run], float], worker: Worker = None
+) -> Optional[WallGuess]:
+    """The wall-time guess fitted to the costs measured on `worker` (None if there are none): each run that
+    finished itself, and once per row the cost of a row known only through its finished twin (another step count,
+    scaled by it); counting that twin for each of the row's seeds would weigh one measurement several times."""
+
+    def own(run: Run) -> Optional[float]:
+        return costs.get((run.spec.run_id, worker), costs.get((run.spec.run_id, None)))
+
     measured, rows_seen = [], set()
     unique = {run.spec.run_id: run for run in runs}.values()
-    for run in sorted(unique, key=lambda run: run.spec.run_id not in costs):  # own measurements first
+    for run in sorted(unique, key=lambda run: own(run) is None):  # own measurements first
         row = (run.spec.sweep, run.spec.scale, run.spec.row)
-        cost = costs.get(run.spec.run_id)
+        cost = own(run)
         if cost is None and row not in rows_seen:
-            cost = run_cost(run, costs)
+            cost = run_cost(run, costs, worker)
         if cost is not None:
             measured.append((flops_of(run), float(layer_steps(run)), cost))
             rows_seen.add(row)
@@ -274,7 +320,8 @@ def print_plan(
     if costs is not None:
         skip = {id(run) for run in taken}
         todo_runs = [run for run in runs if folder_status(run.dir) != "done" and id(run) not in skip]
-        todo_costs = [(run, run_cost(run, costs)) for run in todo_runs]
+        worker = planned_worker(slots)
+        todo_costs = [(run, run_cost(run, costs, worker)) for run in todo_runs]
         known = [cost for _, cost in todo_costs if cost is not None]
         unknown = len(todo_runs) - len(known)
         flops_of = {row["run_id"]: row["flops"] for row in rows}
@@ -282,18 +329,21 @@ def print_plan(
             console.print("expected wall time: 0s (nothing to train: every run is done or takes a done twin's record)")
         elif not known:
             console.print(
-                f"expected wall time: no measured cost (none of the {len(todo_runs)} runs to train has finished before)"
+                f"expected wall time: no measured cost (none of the {len(todo_runs)} runs to train has finished "
+                f"before on a worker like these: {describe_worker(worker)})"
             )
         else:
             console.print(
                 f"expected wall time ≈ {duration(expected_wall(known, workers, order))} on {workers} "
-                f"worker(s), from the measured seconds of finished runs (same run id, or same row at this scale; a resumed "
-                "run's whole work, not its last attempt)"
+                f"worker(s), from the measured seconds of finished runs on workers like these ({describe_worker(worker)}; "
+                "same run id, or same row at this scale; a resumed run's whole work, not its last attempt)"
                 + (f"; no measured cost for {unknown} more run(s), not counted" if unknown else "")
             )
         cache: dict = {}
         guess = (
-            wall_guess([*runs, *fit_runs], costs, lambda run: estimates(run, cache, devices).flops) if unknown else None
+            wall_guess([*runs, *fit_runs], costs, lambda run: estimates(run, cache, devices).flops, worker)
+            if unknown
+            else None
         )
         if guess is not None:
             guessed = [
