@@ -132,6 +132,11 @@ def recorded_config(run_dir: Path) -> tuple[Optional[str], dict[str, Any]]:
     return config.train.precision, meta
 
 
+def own_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional[float]:
+    """The measured seconds of this very run (its run id) on `worker`, else on a worker not recorded."""
+    return costs.get((run.spec.run_id, worker), costs.get((run.spec.run_id, None)))
+
+
 def run_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional[float]:
     """A run's measured wall seconds on `worker`: its own run id's, else its row's at the same sweep, scale and
     precision: a finished twin of the same step count as is, else the longest one times the ratio of steps (this
@@ -139,9 +144,9 @@ def run_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional
     when none has finished on such a worker anywhere the dry run looks. A record that names no worker (older than
     the field) prices a run on any worker when none of the worker's own does."""
     spec = run.spec
-    for measured_on in dict.fromkeys((worker, None)):
-        if (spec.run_id, measured_on) in costs:
-            return costs[(spec.run_id, measured_on)]
+    own = own_cost(run, costs, worker)
+    if own is not None:
+        return own
     twins = costs.get((spec.sweep, spec.scale, spec.row, spec.config.train.precision, worker)) or costs.get(
         (spec.sweep, spec.scale, spec.row, spec.config.train.precision, None)
     )
@@ -165,15 +170,11 @@ def wall_guess(
     """The wall-time guess fitted to the costs measured on `worker` (None if there are none): each run that
     finished itself, and once per row the cost of a row known only through its finished twin (another step count,
     scaled by it); counting that twin for each of the row's seeds would weigh one measurement several times."""
-
-    def own(run: Run) -> Optional[float]:
-        return costs.get((run.spec.run_id, worker), costs.get((run.spec.run_id, None)))
-
     measured, rows_seen = [], set()
     unique = {run.spec.run_id: run for run in runs}.values()
-    for run in sorted(unique, key=lambda run: own(run) is None):  # own measurements first
+    for run in sorted(unique, key=lambda run: own_cost(run, costs, worker) is None):  # own measurements first
         row = (run.spec.sweep, run.spec.scale, run.spec.row)
-        cost = own(run)
+        cost = own_cost(run, costs, worker)
         if cost is None and row not in rows_seen:
             cost = run_cost(run, costs, worker)
         if cost is not None:
