@@ -132,9 +132,14 @@ def recorded_config(run_dir: Path) -> tuple[Optional[str], dict[str, Any]]:
     return config.train.precision, meta
 
 
+def measured_on(costs: dict[Any, Any], key: tuple[Any, ...], worker: Worker) -> Any:
+    """What measured_costs holds under `key` for runs on `worker`, else for runs whose worker is not recorded."""
+    return costs.get((*key, worker), costs.get((*key, None)))
+
+
 def own_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional[float]:
-    """The measured seconds of this very run (its run id) on `worker`, else on a worker not recorded."""
-    return costs.get((run.spec.run_id, worker), costs.get((run.spec.run_id, None)))
+    """The measured seconds of this very run (its run id) on `worker`."""
+    return measured_on(costs, (run.spec.run_id,), worker)
 
 
 def run_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional[float]:
@@ -147,9 +152,7 @@ def run_cost(run: Run, costs: dict[Any, Any], worker: Worker = None) -> Optional
     own = own_cost(run, costs, worker)
     if own is not None:
         return own
-    twins = costs.get((spec.sweep, spec.scale, spec.row, spec.config.train.precision, worker)) or costs.get(
-        (spec.sweep, spec.scale, spec.row, spec.config.train.precision, None)
-    )
+    twins = measured_on(costs, (spec.sweep, spec.scale, spec.row, spec.config.train.precision), worker)
     if not twins:
         return None
     wanted = spec.config.train.max_steps
