@@ -15,22 +15,28 @@ def cpu_model() -> str:
     return cpu_field("model name") or platform.processor() or platform.machine()
 
 
-def hardware() -> dict[str, Any]:
-    """What ran the run, for table headers: device, CPU model, threads, torch, and whether the native kernels were
-    on and built (`native_kernels`: on a CPU they draw training's dropout masks, so the same seed trains another run
-    without them; `ablate reproduce` replays a record with its own setting). The code's commit is not here: a run
-    reads it when each attempt starts (`code_commit`), since the checkout may move on while it trains."""
+def worker() -> dict[str, Any]:
+    """The kind of worker this process trains on, what its minutes depend on: device, CPU model and torch threads."""
     import torch
-
-    from lightning_modules import native
 
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "cpu_model": cpu_model(),
         "torch_threads": torch.get_num_threads(),
-        "torch_version": torch.__version__,
-        "native_kernels": native.available(),
     }
+
+
+def hardware() -> dict[str, Any]:
+    """What ran the run, for table headers: its `worker`, torch, and whether the native kernels were on and built
+    (`native_kernels`: on a CPU they draw training's dropout masks, so the same seed trains another run without
+    them; `ablate reproduce` replays a record with its own setting). The code's commit is not here: a run reads it
+    when each attempt starts (`code_commit`), since the checkout may move on while it trains; a resumed run's
+    earlier workers are under `attempt_workers`."""
+    import torch
+
+    from lightning_modules import native
+
+    return {**worker(), "torch_version": torch.__version__, "native_kernels": native.available()}
 
 
 def trained_by(attempt_commits: list[Optional[str]]) -> Optional[str]:

@@ -27,7 +27,7 @@ from lightning_modules.config import BatchPlan, RunConfig, batch_plan
 from lightning_modules.data import BOS_ID, EOS_ID, PAD_ID, TranslationDataModule
 from lightning_modules.module import TranslationModule
 
-from .provenance import code_commit, hardware, trained_by
+from .provenance import code_commit, hardware, trained_by, worker
 from .records import LOG_TAIL_LINES, read_metrics, update_metrics, write_atomic, write_atomic_bytes, write_config
 
 log = logging.getLogger("ablate")
@@ -263,7 +263,8 @@ def record_start(
     Both say how this attempt cuts a step (`plan`: devices over all nodes, tokens per device and micro-batch,
     accumulation): config.yaml under meta.batch, metrics.json at its top level. metrics.json's `attempt_commits`
     gains the commit of the code this attempt runs, read now: the process has imported it, and a checkout that moves
-    on before the run ends must not rename the code that trained it.
+    on before the run ends must not rename the code that trained it. `attempt_workers` gains the worker it runs on
+    (a run resumed on another machine or thread count has minutes of both; the record's top level names the last).
 
     Returns the record as it was before, the attempt's number (1 for a first run): ranks >= 1 start after rank
     0 recorded it, so they read the same number without adding one; and the attempts' commits, this one's last.
@@ -271,6 +272,7 @@ def record_start(
     previous = read_metrics(run_dir) or {}
     attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)
     commits = [*(previous.get("attempt_commits") or []), code_commit()] if lead else []
+    workers = [*(previous.get("attempt_workers") or []), worker()] if lead else []
     if lead:
         write_config(run_dir, config, {**meta, "batch": {**plan.to_dict(), "nodes": nodes}})
         cleared = {
@@ -285,6 +287,7 @@ def record_start(
             started_at=started,
             nodes=nodes,
             attempt_commits=commits,
+            attempt_workers=workers,
             **plan.to_dict(),
             **cleared,
         )

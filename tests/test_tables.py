@@ -344,6 +344,13 @@ def test_the_hardware_line_counts_runs_per_machine_and_thread_count():
         "cpu (AMD EPYC, 1 thread): 2 runs, cpu (AMD EPYC, 2 threads): 1 run, cuda (Xeon): 1 run"
     )
     assert describe_hardware_mix([run()]) == "not recorded"
+    # A run resumed on another thread count trained on both: it is counted as neither, but as the two in order.
+    two, one = {**epyc, "torch_threads": 2}, {**epyc, "torch_threads": 1}
+    resumed = run(**one, attempt_workers=[two, two, one])
+    same = run(**one, attempt_workers=[one, one])
+    assert describe_hardware_mix([resumed, same]) == (
+        "cpu (AMD EPYC, 1 thread): 1 run, cpu (AMD EPYC, 2 threads) then cpu (AMD EPYC, 1 thread): 1 run"
+    )
 
 
 def test_a_record_trained_by_several_commits_names_each_in_the_header():

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablations.provenance import code_commit, trained_by
+from ablations.provenance import code_commit, trained_by, worker
 from ablations.records import read_config, read_metrics, update_metrics
 from ablations.train import train_run
 from lightning_modules.beam_search import greedy_search
@@ -261,11 +261,16 @@ def test_a_record_names_the_code_each_attempt_started_from_not_the_checkout_at_i
     monkeypatch.setattr(ablations.train, "code_commit", lambda: next(checkout))
     monkeypatch.setattr(ablations.provenance, "code_commit", lambda *args: next(checkout))
     run_dir = tmp_path / "run"
-    update_metrics(run_dir, status="running", attempts=1, attempt_commits=["old1234"])  # killed before a checkpoint
+    elsewhere = {"device": "cpu", "cpu_model": "another CPU", "torch_threads": 2}
+    update_metrics(  # killed before a checkpoint
+        run_dir, status="running", attempts=1, attempt_commits=["old1234"], attempt_workers=[elsewhere]
+    )
     config = tiny_run_config(str(corpus), str(tmp_path / "cache"), eval=EvalConfig(dev_bleu_sentences=8))
     metrics = train_run(config, run_dir, progress=False)
     assert metrics["status"] == "done" and metrics["attempts"] == 2
     assert metrics["attempt_commits"] == ["old1234", "new5678"]
+    assert metrics["attempt_workers"] == [elsewhere, worker()]
+    assert {key: metrics[key] for key in worker()} == worker()  # the top level names the last attempt's
     assert metrics["commit"] == "old1234, new5678" and read_metrics(run_dir)["commit"] == metrics["commit"]
 
 

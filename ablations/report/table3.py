@@ -223,16 +223,25 @@ def describe_data(data: DataConfig) -> str:
     return f"{data.dataset} ({name}), vocabulary {data.vocab_size}"
 
 
-def describe_hardware(run: RunRecord) -> str:
-    """The run's device, its CPU model and, on a CPU, its torch threads: wall minutes and tokens/s depend on all
+def describe_recorded_worker(worker: dict[str, Any]) -> str:
+    """A worker's device, its CPU model and, on a CPU, its torch threads: wall minutes and tokens/s depend on all
     three."""
-    device, cpu, threads = (run.metrics.get(key) for key in ("device", "cpu_model", "torch_threads"))
+    device, cpu, threads = (worker.get(key) for key in ("device", "cpu_model", "torch_threads"))
     if device is None:
         return ""
     what = cpu or "CPU model not recorded"
     if device == "cpu" and isinstance(threads, int):
         what += f", {threads} thread" + ("" if threads == 1 else "s")
     return f"{device} ({what})"
+
+
+def describe_hardware(run: RunRecord) -> str:
+    """The worker the run trained on; a run resumed on other kinds of worker names each, in order ("a then b"),
+    since its minutes are theirs together."""
+    workers = list(
+        dict.fromkeys(describe_recorded_worker(worker) for worker in run.metrics.get("attempt_workers") or [])
+    )
+    return " then ".join(workers) if len(workers) > 1 else describe_recorded_worker(run.metrics)
 
 
 def describe_hardware_mix(done: Sequence[RunRecord]) -> str:
