@@ -163,6 +163,12 @@ def test_the_dry_run_prices_runs_only_from_runs_measured_on_the_same_kind_of_wor
         "expected wall time ≈ 3m20s on 1 worker(s), from the measured seconds of finished runs on workers like these (cpu, 2 threads;"
         in text
     )
+    # a run resumed on another kind of worker measured neither's cost
+    attempts = [{"device": "cpu", "torch_threads": 2}, {"device": "cpu", "torch_threads": 1}]
+    resumed = {**record, "device": "cpu", "torch_threads": 1, "attempt_workers": attempts}
+    (done.dir / "metrics.json").write_text(json.dumps(resumed))
+    costs = dry_run.measured_costs(out, empty)
+    assert dry_run.run_cost(twin, costs, one_thread) is None and dry_run.run_cost(twin, costs, two_threads) is None
     # a record older than the fields prices any worker's runs
     (done.dir / "metrics.json").write_text(json.dumps(record))
     assert dry_run.run_cost(twin, dry_run.measured_costs(out, empty), one_thread) == pytest.approx(200.0)

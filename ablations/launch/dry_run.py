@@ -64,8 +64,8 @@ def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
     length). Precision is part of a row's key because it changes the work: emulated bf16 ran 9.5× slower than fp32 on
     a CPU without it, so a bf16 twin says nothing about an fp32 run's cost. The worker (`recorded_worker`) is too:
     a CPU run on two threads took about half the minutes of its single-thread twins (converged_4x C5), so it prices
-    neither them nor a GPU run. Runs of the out folder are read after the records, so one's own machine counts
-    first."""
+    neither them nor a GPU run, and a run resumed on another kind of worker (`attempt_workers`) prices none. Runs
+    of the out folder are read after the records, so one's own machine counts first."""
     costs: dict[Any, Any] = {}
     for root, nested in ((records, False), (out, True)):
         if not root.is_dir():
@@ -75,6 +75,8 @@ def measured_costs(out: Path, records: Path = RECORDS) -> dict[Any, Any]:
             seconds = run_seconds(record)
             if record.get("status") != "done" or seconds is None:
                 continue
+            if len({recorded_worker(worker) for worker in record.get("attempt_workers") or []}) > 1:
+                continue  # resumed on another kind of worker: its seconds are no one worker's cost
             folder = path.parent
             precision, meta = recorded_config(folder)
             if nested:
