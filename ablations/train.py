@@ -272,7 +272,6 @@ def record_start(
     previous = read_metrics(run_dir) or {}
     attempt = int(previous.get("attempts", 0)) + (1 if lead else 0)
     commits = [*(previous.get("attempt_commits") or []), code_commit()] if lead else []
-    workers = [*(previous.get("attempt_workers") or []), worker()] if lead else []
     if lead:
         write_config(run_dir, config, {**meta, "batch": {**plan.to_dict(), "nodes": nodes}})
         cleared = {
@@ -287,7 +286,7 @@ def record_start(
             started_at=started,
             nodes=nodes,
             attempt_commits=commits,
-            attempt_workers=workers,
+            attempt_workers=[*(previous.get("attempt_workers") or []), worker()],
             **plan.to_dict(),
             **cleared,
         )

@@ -176,10 +176,11 @@ def wall_guess(
     finished itself, and once per row the cost of a row known only through its finished twin (another step count,
     scaled by it); counting that twin for each of the row's seeds would weigh one measurement several times."""
     measured, rows_seen = [], set()
+    own = {run.spec.run_id: own_cost(run, costs, worker) for run in runs}
     unique = {run.spec.run_id: run for run in runs}.values()
-    for run in sorted(unique, key=lambda run: own_cost(run, costs, worker) is None):  # own measurements first
+    for run in sorted(unique, key=lambda run: own[run.spec.run_id] is None):  # own measurements first
         row = (run.spec.sweep, run.spec.scale, run.spec.row)
-        cost = own_cost(run, costs, worker)
+        cost = own[run.spec.run_id]
         if cost is None and row not in rows_seen:
             cost = run_cost(run, costs, worker)
         if cost is not None:
